@@ -1,0 +1,25 @@
+# Everything installs itself: a fresh machine needs only Python 3.11+, Java 17+ and Maven.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: test setup broker-jars
+
+## test: install everything (venv, package, broker jars) and run the whole test suite
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+setup: $(STAMP) broker-jars
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# compat mode puts the checkout on sys.path, so Spark's pkgutil-based discovery of pyspark_* sees it
+	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+## broker-jars: download the pinned Apache Kafka broker jars with Maven (once)
+broker-jars: $(STAMP)
+	$(PY) -m pyspark_eos.embedded_kafka fetch-jars

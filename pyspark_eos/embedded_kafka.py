@@ -1,0 +1,483 @@
+"""A real Apache Kafka broker (KRaft) on 127.0.0.1 for tests, the example pipeline and benchmarks.
+
+The broker is the released Kafka server from Maven Central (see ``broker_jars``), started with
+``java -cp <jars> kafka.Kafka``. Every node is a combined broker and controller; one node uses a
+dynamic quorum formatted with ``--standalone``, several nodes a static voter set. Ports are
+chosen free at start, readiness is a real admin call, and each node's output goes to a
+``server.log`` whose path is printed whenever something fails.
+
+As a command (``python -m pyspark_eos.embedded_kafka start|stop|status|fetch-jars``) the cluster
+outlives the command; its pids and ports are kept in ``cluster.json`` in its directory.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from .broker_jars import broker_classpath, ensure_broker_jars, kafka_version
+from .errors import EmbeddedKafkaError
+from .project_files import conf_dir
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "cluster.json"
+DEFAULT_HEAP = "768m"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class NodeSpec:
+    """What a node needs to be restarted with the same identity: id, ports and directory."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    directory: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.directory)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "server.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.path / "data"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free on 127.0.0.1, all held open together so they are distinct."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def random_cluster_id() -> str:
+    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log written)"
+
+
+def _die_with_parent() -> Callable[[], None]:
+    """A preexec_fn that has the kernel kill the broker when the process that started it dies.
+
+    A test run killed with SIGKILL would otherwise leave JVMs holding ports and memory.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return preexec
+
+
+def _pid_is_node(pid: int, node: NodeSpec) -> bool:
+    """True if pid is still the JVM started for this node (pids are recycled)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(node.config_path).encode() in cmdline
+
+
+class EmbeddedKafkaCluster:
+    """One or more KRaft nodes on 127.0.0.1, started and stopped by pid.
+
+    Use as a context manager, or call ``start()``/``stop()``. ``kill_node``/``restart_node``
+    simulate a broker crash and its recovery for broker-failure tests.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        directory: str | os.PathLike | None = None,
+        overrides: Mapping[str, object] | None = None,
+        heap: str = DEFAULT_HEAP,
+        tie_to_parent: bool = True,
+    ):
+        if nodes < 1:
+            raise EmbeddedKafkaError(f"a cluster needs at least one node, got nodes={nodes}")
+        self.node_count = nodes
+        self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="eos-kafka-"))
+        self.overrides = dict(overrides or {})
+        self.heap = heap
+        self.tie_to_parent = tie_to_parent
+        self.nodes: list[NodeSpec] = []
+        self.pids: dict[int, int] = {}
+        self._processes: dict[int, subprocess.Popen] = {}
+
+    # ----------------------------------------------------------------------------- life cycle
+
+    def start(self, timeout: float = 120.0) -> "EmbeddedKafkaCluster":
+        classpath = broker_classpath()
+        ports = free_ports(2 * self.node_count)
+        self.nodes = [
+            NodeSpec(i + 1, ports[2 * i], ports[2 * i + 1], str(self.directory / f"node-{i + 1}"))
+            for i in range(self.node_count)
+        ]
+        log.info("starting a %d-node Apache Kafka %s cluster in %s",
+                 self.node_count, kafka_version(), self.directory)
+        cluster_id = random_cluster_id()
+        for node in self.nodes:
+            self._render_config(node)
+        self._format_storage(classpath, cluster_id)
+        try:
+            for node in self.nodes:
+                self._launch(classpath, node)
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.save_state()
+        log.info("Kafka ready at %s", self.bootstrap_servers)
+        return self
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM every node, SIGKILL those still alive after ``grace`` seconds."""
+        live = [node for node in self.nodes if self._alive(node)]
+        for node in live:
+            os.kill(self.pids[node.node_id], signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for node in live:
+            if not self._wait_exit(node, deadline):
+                log.warning("node %d did not stop in %.0f s; killing it", node.node_id, grace)
+                self.kill_node(node.node_id)
+        self.pids.clear()
+        self._processes.clear()
+        self.save_state()
+
+    def kill_node(self, node_id: int) -> None:
+        """Crash a node (SIGKILL), as a failing machine would."""
+        node = self.node(node_id)
+        if self._alive(node):
+            os.kill(self.pids[node_id], signal.SIGKILL)
+            self._wait_exit(node, time.monotonic() + 30)
+        self.pids.pop(node_id, None)
+        self._processes.pop(node_id, None)
+        self.save_state()
+
+    def restart_node(self, node_id: int, timeout: float = 120.0) -> None:
+        """Start a stopped node again with its id, ports and data, and wait until it is back."""
+        node = self.node(node_id)
+        if self._alive(node):
+            raise EmbeddedKafkaError(f"node {node_id} is running; kill or stop it before restarting it")
+        self._launch(broker_classpath(), node)
+        self.wait_ready(timeout)
+        self.save_state()
+
+    def __enter__(self) -> "EmbeddedKafkaCluster":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------------------- queries
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{node.broker_port}" for node in self.nodes)
+
+    def node(self, node_id: int) -> NodeSpec:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise EmbeddedKafkaError(f"no node {node_id}; this cluster has nodes {[n.node_id for n in self.nodes]}")
+
+    def running_node_ids(self) -> list[int]:
+        return [node.node_id for node in self.nodes if self._alive(node)]
+
+    def admin(self, **config):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **config})
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait until every running node is registered with the cluster and answers admin calls."""
+        expected = set(self.running_node_ids())
+        # librdkafka logs every refused connection; while nodes come up those are expected.
+        admin = self.admin(log_level=0)
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_processes()
+            if expected <= self._registered_nodes(admin):
+                return
+            if time.monotonic() > deadline:
+                raise EmbeddedKafkaError(
+                    f"Kafka nodes {sorted(expected)} did not become ready in {timeout:.0f} s; "
+                    f"see their logs: {', '.join(str(self.node(i).log_path) for i in sorted(expected))}"
+                )
+            time.sleep(0.2)
+
+    def wait_in_sync(self, timeout: float = 120.0) -> None:
+        """Wait until every partition, internal topics included, has all its replicas in sync."""
+        admin = self.admin()
+        deadline = time.monotonic() + timeout
+        while True:
+            lagging = self._out_of_sync_partitions(admin)
+            if not lagging:
+                return
+            if time.monotonic() > deadline:
+                raise EmbeddedKafkaError(
+                    f"partitions still under-replicated after {timeout:.0f} s: {lagging[:10]}"
+                )
+            time.sleep(0.2)
+
+    def describe(self) -> list[dict]:
+        return [
+            {**asdict(node), "pid": self.pids.get(node.node_id), "running": self._alive(node)}
+            for node in self.nodes
+        ]
+
+    # ----------------------------------------------------------------------------- state file
+
+    def save_state(self) -> None:
+        if not self.nodes:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state = {
+            "kafka_version": kafka_version(),
+            "bootstrap_servers": self.bootstrap_servers,
+            "nodes": [asdict(node) for node in self.nodes],
+            "pids": {str(node_id): pid for node_id, pid in self.pids.items()},
+        }
+        (self.directory / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def from_directory(cls, directory: str | os.PathLike) -> "EmbeddedKafkaCluster":
+        """The cluster a ``start`` command left running in ``directory``."""
+        path = Path(directory) / STATE_FILE
+        if not path.exists():
+            raise EmbeddedKafkaError(f"no embedded Kafka cluster was started in {directory} ({path} is missing)")
+        state = json.loads(path.read_text())
+        cluster = cls(nodes=len(state["nodes"]), directory=directory)
+        cluster.nodes = [NodeSpec(**node) for node in state["nodes"]]
+        cluster.pids = {int(node_id): pid for node_id, pid in state["pids"].items()}
+        return cluster
+
+    # ----------------------------------------------------------------------------- internals
+
+    def _render_config(self, node: NodeSpec) -> None:
+        if node.path.exists():
+            shutil.rmtree(node.path)
+        node.data_dir.mkdir(parents=True)
+        replication = min(3, self.node_count)
+        values = {
+            "node_id": node.node_id,
+            "broker_port": node.broker_port,
+            "controller_port": node.controller_port,
+            "log_dir": node.data_dir,
+            "quorum": self._quorum_setting(),
+            "replication_factor": replication,
+            "min_insync_replicas": max(1, replication - 1),
+        }
+        template = string.Template((conf_dir() / "server.properties").read_text())
+        text = template.substitute(values)
+        text += "".join(f"{key}={value}\n" for key, value in self.overrides.items())
+        node.config_path.write_text(text)
+
+    def _quorum_setting(self) -> str:
+        if self.node_count == 1:
+            return f"controller.quorum.bootstrap.servers=127.0.0.1:{self.nodes[0].controller_port}"
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        return f"controller.quorum.voters={voters}"
+
+    def _format_command(self, classpath: str, node: NodeSpec, cluster_id: str) -> list[str]:
+        command = self._java(classpath, node) + [
+            "kafka.tools.StorageTool", "format", "--ignore-formatted",
+            "--cluster-id", cluster_id, "--config", str(node.config_path),
+        ]
+        if self.node_count == 1:
+            command.append("--standalone")
+        return command
+
+    def _java(self, classpath: str, node: NodeSpec) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise EmbeddedKafkaError("java is not on PATH: the Kafka broker needs Java 17 or newer")
+        return [
+            java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={conf_dir() / 'broker-log4j2.properties'}",
+            f"-Dkafka.logs.dir={node.path}", "-cp", classpath,
+        ]
+
+    def _format_storage(self, classpath: str, cluster_id: str) -> None:
+        """Format every node's storage side by side (each is a JVM start); output goes to its log."""
+        running = []
+        for node in self.nodes:
+            with open(node.log_path, "ab") as log_file:
+                command = self._format_command(classpath, node, cluster_id)
+                running.append((node, subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)))
+        for node, process in running:
+            if process.wait(timeout=120) != 0:
+                raise EmbeddedKafkaError(
+                    f"formatting the storage of Kafka node {node.node_id} failed (exit {process.returncode}); "
+                    f"its log is {node.log_path}. Last lines:\n{log_tail(node.log_path)}"
+                )
+
+    def _launch(self, classpath: str, node: NodeSpec) -> None:
+        with open(node.log_path, "ab") as log_file:
+            process = subprocess.Popen(
+                self._java(classpath, node) + ["kafka.Kafka", str(node.config_path)],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent() if self.tie_to_parent else None,
+            )
+        self._processes[node.node_id] = process
+        self.pids[node.node_id] = process.pid
+        log.info("node %d: pid %d, broker 127.0.0.1:%d, log %s",
+                 node.node_id, process.pid, node.broker_port, node.log_path)
+
+    def _alive(self, node: NodeSpec) -> bool:
+        pid = self.pids.get(node.node_id)
+        if pid is None:
+            return False
+        process = self._processes.get(node.node_id)
+        if process is not None:
+            return process.poll() is None
+        return _pid_is_node(pid, node)
+
+    def _wait_exit(self, node: NodeSpec, deadline: float) -> bool:
+        while self._alive(node):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def _check_processes(self) -> None:
+        for node_id, process in self._processes.items():
+            if process.poll() is not None:
+                node = self.node(node_id)
+                raise EmbeddedKafkaError(
+                    f"Kafka node {node_id} exited with code {process.returncode} while starting; "
+                    f"its log is {node.log_path}. Last lines:\n{log_tail(node.log_path)}"
+                )
+
+    @staticmethod
+    def _registered_nodes(admin) -> set[int]:
+        try:
+            description = admin.describe_cluster(request_timeout=5).result()
+        except Exception:  # the broker is not listening yet, or not yet part of the quorum
+            return set()
+        return {node.id for node in description.nodes}
+
+    @staticmethod
+    def _out_of_sync_partitions(admin) -> list[str]:
+        metadata = admin.list_topics(timeout=10)
+        return [
+            f"{topic.topic}-{partition.id}"
+            for topic in metadata.topics.values()
+            for partition in topic.partitions.values()
+            if set(partition.isrs) != set(partition.replicas) or partition.leader < 0
+        ]
+
+
+# --------------------------------------------------------------------------------- command line
+
+def _default_directory() -> Path:
+    return Path(tempfile.gettempdir()) / f"eos-kafka-{os.getuid()}"
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    if (directory / STATE_FILE).exists():
+        existing = EmbeddedKafkaCluster.from_directory(directory)
+        if existing.running_node_ids():
+            raise EmbeddedKafkaError(
+                f"a cluster is already running in {directory} at {existing.bootstrap_servers}; "
+                f"stop it first: python -m pyspark_eos.embedded_kafka stop --dir {directory}"
+            )
+    cluster = EmbeddedKafkaCluster(nodes=args.nodes, directory=directory, tie_to_parent=False)
+    cluster.start(timeout=args.timeout)
+    print(cluster.bootstrap_servers)
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    cluster = EmbeddedKafkaCluster.from_directory(args.dir)
+    running = cluster.running_node_ids()
+    cluster.stop()
+    print(f"stopped nodes {running}" if running else "no node was running")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    cluster = EmbeddedKafkaCluster.from_directory(args.dir)
+    running = cluster.running_node_ids()
+    print(f"bootstrap servers: {cluster.bootstrap_servers}")
+    for node in cluster.describe():
+        state = f"running (pid {node['pid']})" if node["running"] else "stopped"
+        print(f"node {node['node_id']}: {state}, log {Path(node['directory']) / 'server.log'}")
+    return 0 if running else 3
+
+
+def _cmd_fetch_jars(args: argparse.Namespace) -> int:
+    print(ensure_broker_jars())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pyspark_eos.embedded_kafka",
+        description="Run a real Apache Kafka broker (KRaft) on 127.0.0.1 for development.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, handler, help_text in [
+        ("start", _cmd_start, "start a cluster and print its bootstrap servers"),
+        ("stop", _cmd_stop, "stop the cluster started in --dir"),
+        ("status", _cmd_status, "show the nodes of the cluster in --dir (exit 3 if none runs)"),
+        ("fetch-jars", _cmd_fetch_jars, "download the broker jars with Maven and print where they are"),
+    ]:
+        sub = commands.add_parser(name, help=help_text)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--dir", default=str(_default_directory()),
+                         help="cluster directory: configs, data, logs, cluster.json (default: %(default)s)")
+    commands.choices["start"].add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+    commands.choices["start"].add_argument("--timeout", type=float, default=120.0,
+                                           help="seconds to wait for readiness (default 120)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        return args.handler(args)
+    except EmbeddedKafkaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""The errors eos-kafka raises.
+
+Every message says what happened and what to do about it. Callers catch ``EosKafkaError`` for
+anything raised by this package; the subclasses separate a mistake in how the package is used
+(fix the job and resubmit) from the state of the Kafka cluster or its surroundings.
+"""
+
+
+class EosKafkaError(Exception):
+    """Base class of every error raised by pyspark_eos."""
+
+
+class ConfigurationError(EosKafkaError, ValueError):
+    """An option, schema or setting is wrong; nothing was read or written."""
+
+
+class EmbeddedKafkaError(EosKafkaError):
+    """The embedded development broker could not be assembled, started or stopped."""

@@ -1,0 +1,70 @@
+"""A SparkSession for local development, the tests and the example pipeline.
+
+``local[N]`` runs tasks in the driver JVM; ``local-cluster[E,C,M]`` starts E executor JVMs the
+way a standalone cluster would, which is what anything about executors (lost executors, one
+producer per worker slot) has to be tested on. Both work from the pip-installed PySpark.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Mapping
+
+from .project_files import conf_dir
+
+log = logging.getLogger(__name__)
+
+LOCAL = "local[2]"
+LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+
+
+def _log4j_options() -> str:
+    try:
+        return f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"
+    except Exception:  # an installed copy without conf/: keep Spark's own logging
+        return ""
+
+
+def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: Mapping[str, str] | None = None):
+    """Build (or return the active) SparkSession bound to 127.0.0.1 with quiet logging."""
+    from pyspark.sql import SparkSession
+
+    # Workers must run the same interpreter (and so see the same installed packages) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    java_options = _log4j_options()
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def executor_ids(spark) -> set[str]:
+    """Ids of the executors registered with the driver (the driver itself excluded)."""
+    ids = spark.sparkContext._jsc.sc().getExecutorIds()
+    return {str(ids.apply(i)) for i in range(ids.size())}
+
+
+def wait_for_executors(spark, count: int, timeout: float = 120.0) -> set[str]:
+    """Wait until ``count`` executors have registered; local-cluster starts them asynchronously."""
+    deadline = time.monotonic() + timeout
+    while True:
+        registered = executor_ids(spark)
+        if len(registered) >= count:
+            return registered
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only executors {sorted(registered)} registered in {timeout:.0f} s, expected {count}")
+        time.sleep(0.2)

@@ -1,0 +1,37 @@
+"""Where the project's configuration files and caches live.
+
+The embedded broker and the example pipeline are development tools: they read their Maven pom,
+broker and logging configuration from the source checkout's ``conf/`` directory. An installed
+copy of the package can be pointed at such a directory with ``EOS_KAFKA_CONF_DIR``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import EmbeddedKafkaError
+
+CONF_DIR_ENV = "EOS_KAFKA_CONF_DIR"
+CACHE_DIR_ENV = "EOS_KAFKA_CACHE_DIR"
+
+_CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def conf_dir() -> Path:
+    configured = os.environ.get(CONF_DIR_ENV)
+    directory = Path(configured) if configured else _CHECKOUT_ROOT / "conf"
+    if not (directory / "server.properties").is_file():
+        raise EmbeddedKafkaError(
+            f"no broker configuration in {directory}: the embedded Kafka broker runs from a source "
+            f"checkout of eos-kafka; run it there, or set {CONF_DIR_ENV} to the checkout's conf/ "
+            "directory"
+        )
+    return directory
+
+
+def cache_dir() -> Path:
+    """Downloaded broker jars and other re-creatable files (ignored by git)."""
+    configured = os.environ.get(CACHE_DIR_ENV)
+    directory = Path(configured) if configured else _CHECKOUT_ROOT / ".cache"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory

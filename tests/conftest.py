@@ -1,0 +1,92 @@
+"""Test ground: a real Kafka broker and real Spark sessions.
+
+Set ``EOS_KAFKA_BOOTSTRAP_SERVERS`` to run the single-broker tests against an external Kafka
+instead of the embedded one (it must allow transactions with replication factor 1, or have at
+least three brokers). Tests that kill brokers always use their own embedded three-node cluster.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.local_spark import LOCAL, LOCAL_CLUSTER, local_spark_session, wait_for_executors
+
+EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
+
+# Test modules that need a kind of Spark session run together, so each kind is started once.
+_RUN_LAST = ("spark_local_cluster", "cluster3")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        return next((i + 1 for i, name in enumerate(_RUN_LAST) if item.get_closest_marker(name)), 0)
+
+    items.sort(key=rank)
+
+
+@dataclass(frozen=True)
+class KafkaEndpoint:
+    bootstrap_servers: str
+    cluster: EmbeddedKafkaCluster | None
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory) -> KafkaEndpoint:
+    external = os.environ.get(EXTERNAL_BOOTSTRAP_ENV)
+    if external:
+        logging.getLogger(__name__).info("using external Kafka at %s", external)
+        yield KafkaEndpoint(external, None)
+        return
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path_factory.mktemp("kafka")) as cluster:
+        yield KafkaEndpoint(cluster.bootstrap_servers, cluster)
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster3(tmp_path_factory) -> EmbeddedKafkaCluster:
+    with EmbeddedKafkaCluster(nodes=3, directory=tmp_path_factory.mktemp("kafka3")) as cluster:
+        yield cluster
+
+
+class SparkSessions:
+    """Holds at most one SparkSession: a Python process can run only one SparkContext."""
+
+    def __init__(self):
+        self.master: str | None = None
+        self.session = None
+
+    def get(self, master: str):
+        if self.master != master:
+            self.stop()
+            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}")
+            self.master = master
+        return self.session
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+        self.session, self.master = None, None
+
+
+@pytest.fixture(scope="session")
+def spark_sessions():
+    sessions = SparkSessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions):
+    """Spark in local[2]: tasks in the driver JVM, Python workers on this interpreter."""
+    return spark_sessions.get(LOCAL)
+
+
+@pytest.fixture
+def spark_cluster(spark_sessions):
+    """Spark in local-cluster[2,1,1024]: two executor JVMs with one task slot each, both registered."""
+    session = spark_sessions.get(LOCAL_CLUSTER)
+    wait_for_executors(session, 2)
+    return session

@@ -1,0 +1,115 @@
+"""Independent Kafka checks for the tests, written directly on confluent-kafka.
+
+Nothing here uses pyspark_eos's reader or writer: these are the plain clients the package's
+results are checked against.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
+                 config: dict[str, str] | None = None) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
+                                  operation_timeout=30)
+    futures[name].result(timeout=60)
+    wait_until(lambda: _has_leaders(admin, name, partitions), 60, f"leaders for topic {name}")
+    return name
+
+
+def _has_leaders(admin: AdminClient, topic: str, partitions: int) -> bool:
+    metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if metadata is None or metadata.error is not None or len(metadata.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 for p in metadata.partitions.values())
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``condition`` until it returns something truthy; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def transactional_producer(bootstrap: str, transactional_id: str | None = None, **config) -> Producer:
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "transactional.id": transactional_id or unique_name("txn"),
+        "transaction.timeout.ms": 60000,
+        **config,
+    })
+    producer.init_transactions(60)
+    return producer
+
+
+def last_stable_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+    return {tp.partition: future.result().offset for tp, future in futures.items()}
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 60.0) -> list[Record]:
+    """Every committed record of ``topic``, read with a plain read_committed consumer.
+
+    Reads until each partition's position reaches its last stable offset (offsets have gaps for
+    transaction markers and aborted records, so records are never counted to decide the end).
+    """
+    ends = last_stable_offsets(bootstrap, topic, partitions)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("checker"),
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[Record] = []
+    eof_at: dict[int, int] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while not _reached(consumer, topic, ends, eof_at):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"read_committed of {topic} did not reach {ends} in {timeout:.0f} s")
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    eof_at[message.partition()] = message.offset()
+                continue
+            records.append(Record(message.topic(), message.partition(), message.offset(),
+                                  message.key(), message.value()))
+    finally:
+        consumer.close()
+    return records
+
+
+def _reached(consumer: Consumer, topic: str, ends: dict[int, int], eof_at: dict[int, int]) -> bool:
+    """Done when the position, or the partition end seen, is at or past the last stable offset."""
+    positions = consumer.position([TopicPartition(topic, p) for p in ends])
+    return all(max(tp.offset, eof_at.get(tp.partition, -1)) >= ends[tp.partition] for tp in positions)

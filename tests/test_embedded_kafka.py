@@ -1,0 +1,102 @@
+"""The embedded broker is a real Kafka: transactions, read_committed and stable offset fetches."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.errors import EmbeddedKafkaError
+
+from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
+
+
+def produce_values(producer, topic: str, values: list[bytes]) -> None:
+    for value in values:
+        producer.produce(topic, value=value, partition=0)
+
+
+def test_read_committed_sees_committed_and_not_aborted_transactions(kafka):
+    topic = create_topic(kafka.bootstrap_servers, unique_name("smoke-txn"))
+    producer = transactional_producer(kafka.bootstrap_servers)
+    producer.begin_transaction()
+    produce_values(producer, topic, [b"committed-1", b"committed-2"])
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    produce_values(producer, topic, [b"aborted-1", b"aborted-2", b"aborted-3"])
+    producer.flush(30)
+    producer.abort_transaction(30)
+
+    records = read_committed(kafka.bootstrap_servers, topic)
+
+    assert [r.value for r in records] == [b"committed-1", b"committed-2"]
+    # Two data records, one commit marker, three aborted records and an abort marker: the log has
+    # gaps that a reader must not mistake for data.
+    assert [r.offset for r in records] == [0, 1]
+
+
+def fetch_stable_offset(bootstrap: str, group: str, topic: str):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+    result = admin.list_consumer_group_offsets(request, require_stable=True)[group].result(30)
+    return result.topic_partitions[0]
+
+
+def test_open_transaction_with_group_offsets_is_unstable_until_it_commits(kafka):
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("smoke-unstable"))
+    group = unique_name("group")
+    producer = transactional_producer(bootstrap)
+    # Group metadata of a consumer that never joined (generation -1): the broker accepts it.
+    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
+
+    producer.begin_transaction()
+    produce_values(producer, topic, [b"out"])
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 42)], metadata, 30)
+
+    pending = fetch_stable_offset(bootstrap, group, topic)
+    assert pending.error is not None
+    assert pending.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
+
+    producer.commit_transaction(30)
+    committed = wait_until(lambda: _stable(fetch_stable_offset(bootstrap, group, topic)), 30,
+                           "the committed offset to become stable")
+    assert committed.offset == 42
+
+
+def _stable(partition):
+    return partition if partition.error is None else None
+
+
+def test_cli_starts_reports_and_stops_a_broker(tmp_path):
+    directory = tmp_path / "cli-cluster"
+    command = [sys.executable, "-m", "pyspark_eos.embedded_kafka"]
+    started = subprocess.run(command + ["start", "--dir", str(directory)], capture_output=True, text=True,
+                             timeout=180)
+    assert started.returncode == 0, started.stderr
+    bootstrap = started.stdout.strip()
+    try:
+        assert bootstrap.startswith("127.0.0.1:")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert [node.id for node in admin.describe_cluster(request_timeout=30).result().nodes] == [1]
+        status = subprocess.run(command + ["status", "--dir", str(directory)], capture_output=True, text=True)
+        assert status.returncode == 0 and "running (pid" in status.stdout
+    finally:
+        stopped = subprocess.run(command + ["stop", "--dir", str(directory)], capture_output=True, text=True,
+                                 timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    after = subprocess.run(command + ["status", "--dir", str(directory)], capture_output=True, text=True)
+    assert after.returncode == 3 and "stopped" in after.stdout
+
+
+def test_a_node_that_cannot_start_is_reported_with_its_log(tmp_path):
+    cluster = EmbeddedKafkaCluster(nodes=1, directory=tmp_path, overrides={"num.io.threads": "not-a-number"})
+    with pytest.raises(EmbeddedKafkaError) as failure:
+        cluster.start(timeout=60)
+    message = str(failure.value)
+    assert str(cluster.node(1).log_path) in message
+    assert "num.io.threads" in message
+    assert cluster.running_node_ids() == []

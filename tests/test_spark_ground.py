@@ -1,0 +1,59 @@
+"""Spark finds the eos-kafka format by itself, and the local and local-cluster grounds are real."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pyspark_eos.kafka_schema import kafka_schema
+from pyspark_eos.local_spark import executor_ids
+
+DISCOVERY_SCRIPT = textwrap.dedent(
+    """
+    import json
+    from pyspark_eos.local_spark import local_spark_session
+    spark = local_spark_session("local[1]", app_name="eos-kafka discovery")
+    plain = spark.read.format("eos-kafka").load().schema
+    with_headers = spark.read.format("eos-kafka").option("includeHeaders", "true").load().schema
+    print(json.dumps([plain.json(), with_headers.json()]))
+    spark.stop()
+    """
+)
+
+
+def test_format_is_found_without_registration_in_a_fresh_session():
+    # A new interpreter and JVM: nothing in it has called spark.dataSource.register.
+    result = subprocess.run([sys.executable, "-c", DISCOVERY_SCRIPT], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    assert result.returncode == 0, result.stderr[-4000:]
+    plain, with_headers = json.loads(result.stdout.strip().splitlines()[-1])
+    assert plain == kafka_schema(include_headers=False).json()
+    assert with_headers == kafka_schema(include_headers=True).json()
+
+
+def worker_facts(_):
+    import os
+    import sys
+
+    from pyspark_eos.executor_identity import executor_id
+
+    return [(executor_id(), sys.executable, os.getpid())]
+
+
+def test_local_mode_workers_run_this_python_on_the_driver_executor(spark):
+    facts = spark.sparkContext.parallelize(range(4), 4).mapPartitions(worker_facts).collect()
+    assert {executor for executor, _, _ in facts} == {"driver"}
+    assert {python for _, python, _ in facts} == {sys.executable}
+
+
+@pytest.mark.spark_local_cluster
+def test_local_cluster_tasks_run_on_two_executors(spark_cluster):
+    facts = spark_cluster.sparkContext.parallelize(range(16), 16).mapPartitions(worker_facts).collect()
+    reported = {executor for executor, _, _ in facts}
+    assert reported == executor_ids(spark_cluster)
+    assert len(reported) == 2
+    assert len({pid for _, _, pid in facts}) >= 2

@@ -1,0 +1,43 @@
+"""Pure logic: option parsing and executor identity (no broker, no Spark)."""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_eos.embedded_kafka import free_ports, random_cluster_id
+from pyspark_eos.errors import ConfigurationError, EosKafkaError
+from pyspark_eos.executor_identity import DRIVER, executor_id
+from pyspark_eos.options import parse_bool
+
+
+@pytest.mark.parametrize("raw, expected", [("true", True), ("TRUE", True), (" false ", False)])
+def test_parse_bool_accepts_spark_spellings(raw, expected):
+    assert parse_bool({"includeHeaders": raw}, "includeHeaders", default=not expected) is expected
+
+
+def test_parse_bool_default_and_error_names_option_and_choices():
+    assert parse_bool({}, "includeHeaders", default=True) is True
+    with pytest.raises(ConfigurationError, match=r"includeHeaders='yes'.*true or false") as failure:
+        parse_bool({"includeHeaders": "yes"}, "includeHeaders", default=False)
+    assert isinstance(failure.value, EosKafkaError)
+
+
+def test_executor_id_from_standalone_log_url():
+    url = "http://127.0.0.1:4040/logPage/?appId=app-1&executorId=7&logType=stderr"
+    assert executor_id({"SPARK_LOG_URL_STDERR": url, "SPARK_EXECUTOR_DIRS": "/x"}) == "7"
+
+
+def test_executor_id_from_executor_dirs_is_stable_and_distinct():
+    first = executor_id({"SPARK_EXECUTOR_DIRS": "/data/a/executor-1"})
+    assert first == executor_id({"SPARK_EXECUTOR_DIRS": "/data/a/executor-1"})
+    assert first != executor_id({"SPARK_EXECUTOR_DIRS": "/data/a/executor-2"})
+
+
+def test_executor_id_in_local_mode_is_the_driver():
+    assert executor_id({}) == DRIVER
+
+
+def test_free_ports_are_distinct_and_cluster_ids_are_kafka_uuids():
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    cluster_id = random_cluster_id()
+    assert len(cluster_id) == 22 and "=" not in cluster_id
