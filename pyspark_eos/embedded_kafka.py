@@ -82,8 +82,15 @@ def free_ports(count: int) -> list[int]:
 
 
 def random_cluster_id() -> str:
-    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding.
+
+    Like Kafka's own Uuid.randomUuid, never one starting with '-': the storage tool's argument
+    parser would take it for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
