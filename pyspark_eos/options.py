@@ -1,25 +1,283 @@
 """Parsing of the options given to ``format("eos-kafka")``.
 
-Spark hands a data source its options as a case-insensitive mapping of strings; every value is
-parsed here, once, with errors that name the option and the values it accepts.
+Spark hands a data source its options as a case-insensitive mapping of strings (the keys arrive
+lower-cased). Every value is parsed here, once, into typed dataclasses, with errors that name the
+option and the values it accepts. Names and meanings follow Spark's own Kafka connector wherever
+one applies, so a query can move between ``format("kafka")`` and ``format("eos-kafka")``.
 """
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from .errors import ConfigurationError
 
-_TRUE = frozenset({"true"})
-_FALSE = frozenset({"false"})
+KAFKA_PREFIX = "kafka."
+
+# Kafka client settings the source sets itself, with what to use instead.
+_FORBIDDEN_SOURCE_KAFKA_PARAMS = {
+    "enable.auto.commit": "offsets are committed by the eos-kafka sink, inside its transactions",
+    "auto.offset.reset": "use the startingOffsets option",
+    "enable.auto.offset.store": "offsets are tracked by Spark's checkpoint and the sink's transactions",
+    "group.instance.id": "the source derives the static member id from kafka.group.id",
+}
+
+# Defaults of librdkafka's transaction.timeout.ms plus a margin: a transaction left open by a dead
+# writer is aborted by the broker after its timeout, so waiting longer than that is pointless.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+STABLE_OFFSETS_MARGIN_MS = 30_000
 
 
 def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None:
         return default
     value = str(raw).strip().lower()
-    if value in _TRUE:
+    if value == "true":
         return True
-    if value in _FALSE:
+    if value == "false":
         return False
     raise ConfigurationError(f"option {name}={raw!r} is not a boolean; use true or false")
+
+
+def parse_positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigurationError(f"option {name}={raw!r} must be a positive whole number")
+    return value
+
+
+def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in choices:
+        raise ConfigurationError(f"option {name}={raw!r} is not valid; use one of: {', '.join(choices)}")
+    return value
+
+
+# ------------------------------------------------------------------------------- offsets specs
+
+EARLIEST = "earliest"
+LATEST = "latest"
+GROUP = "group"
+# Spark's Kafka JSON offsets use -2 for earliest and -1 for latest.
+EARLIEST_OFFSET = -2
+LATEST_OFFSET = -1
+
+
+@dataclass(frozen=True)
+class OffsetsSpec:
+    """Where reading starts (or, for a batch query, ends).
+
+    ``kind`` is earliest, latest, group, offsets (``per_partition``: explicit offsets, -2/-1 for
+    earliest/latest) or timestamp (``per_partition`` holds timestamps, ``timestamp`` a global one).
+    """
+
+    kind: str
+    per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+def _parse_partition_json(name: str, raw: str) -> dict[tuple[str, int], int]:
+    try:
+        decoded = json.loads(raw)
+        return {
+            (str(topic), int(partition)): int(value)
+            for topic, partitions in decoded.items()
+            for partition, value in partitions.items()
+        }
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigurationError(
+            f"option {name}={raw!r} is not valid JSON of the form "
+            '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
+        ) from None
+
+
+def parse_offsets_spec(options: Mapping[str, str], prefix: str, default: str, allow_group: bool) -> OffsetsSpec:
+    """Parse ``<prefix>Offsets``, ``<prefix>OffsetsByTimestamp`` and ``<prefix>Timestamp`` together."""
+    names = (f"{prefix}Offsets", f"{prefix}OffsetsByTimestamp", f"{prefix}Timestamp")
+    given = [name for name in names if name.lower() in options]
+    if len(given) > 1:
+        raise ConfigurationError(f"options {' and '.join(given)} conflict; set only one of {', '.join(names)}")
+    if not given:
+        return OffsetsSpec(default)
+    name = given[0]
+    raw = str(options[name.lower()]).strip()
+    if name.endswith("OffsetsByTimestamp"):
+        return OffsetsSpec("timestamp", per_partition=_parse_partition_json(name, raw))
+    if name.endswith("Timestamp"):
+        return OffsetsSpec("timestamp", timestamp=_parse_timestamp(name, raw))
+    keywords = (EARLIEST, LATEST, GROUP) if allow_group else (EARLIEST, LATEST)
+    if raw.lower() in keywords:
+        return OffsetsSpec(raw.lower())
+    if raw.startswith("{"):
+        return OffsetsSpec("offsets", per_partition=_parse_partition_json(name, raw))
+    raise ConfigurationError(f"option {name}={raw!r} is not valid; use {', '.join(keywords)} or a JSON of offsets")
+
+
+def _parse_timestamp(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"option {name}={raw!r} must be a timestamp in milliseconds since the epoch") from None
+
+
+# ------------------------------------------------------------------------------- subscription
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topic partitions to read: exactly one of subscribe, subscribePattern, assign."""
+
+    kind: str
+    topics: tuple[str, ...] = ()
+    pattern: re.Pattern | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            return self.pattern.fullmatch(topic) is not None
+        return any(t == topic for t, _ in self.assigned)
+
+
+_SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
+
+
+def parse_subscription(options: Mapping[str, str]) -> Subscription:
+    given = [name for name in _SUBSCRIPTION_OPTIONS if name.lower() in options]
+    if len(given) != 1:
+        found = f"got {', '.join(given)}" if given else "got none"
+        raise ConfigurationError(f"set exactly one of the options {', '.join(_SUBSCRIPTION_OPTIONS)} ({found})")
+    name = given[0]
+    raw = str(options[name.lower()]).strip()
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise ConfigurationError("option subscribe is empty; give a comma-separated list of topics")
+        return Subscription(name, topics=topics)
+    if name == "subscribePattern":
+        try:
+            return Subscription(name, pattern=re.compile(raw))
+        except re.error as error:
+            raise ConfigurationError(f"option subscribePattern={raw!r} is not a valid regular expression: {error}") from None
+    assigned = tuple(sorted(_parse_partition_list(raw)))
+    if not assigned:
+        raise ConfigurationError('option assign is empty; give a JSON like {"topicA":[0,1],"topicB":[2,4]}')
+    return Subscription(name, assigned=assigned)
+
+
+def _parse_partition_list(raw: str) -> list[tuple[str, int]]:
+    try:
+        return [(str(topic), int(p)) for topic, partitions in json.loads(raw).items() for p in partitions]
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigurationError(
+            f'option assign={raw!r} is not valid JSON of the form {{"topicA":[0,1],"topicB":[2,4]}}'
+        ) from None
+
+
+# ------------------------------------------------------------------------------- kafka.* params
+
+def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients."""
+    return {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
+
+
+def check_source_kafka_params(params: Mapping[str, str]) -> None:
+    for key, reason in _FORBIDDEN_SOURCE_KAFKA_PARAMS.items():
+        if key in params:
+            raise ConfigurationError(f"option kafka.{key} is not supported by the eos-kafka source: {reason}")
+    isolation = params.get("isolation.level", "read_committed").lower()
+    if isolation != "read_committed":
+        raise ConfigurationError(
+            f"option kafka.isolation.level={params['isolation.level']!r} would expose aborted and "
+            "uncommitted records and break exactly-once; remove it (the source always reads read_committed)"
+        )
+
+
+def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
+    lowered = {name.lower(): name for name in known}
+    unknown = sorted(key for key in options if key not in lowered and not key.startswith(KAFKA_PREFIX))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) for the eos-kafka {role}: {', '.join(unknown)}; valid options are "
+            f"{', '.join(sorted(known))} and kafka.* settings for the Kafka client"
+        )
+
+
+# ------------------------------------------------------------------------------- the source
+
+SOURCE_OPTIONS = (
+    "subscribe", "subscribePattern", "assign",
+    "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
+    "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
+    "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
+)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetsSpec
+    ending: OffsetsSpec
+    starting_fallback: str
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    group_id: str | None
+    stable_offsets_timeout_ms: int
+    kafka: dict[str, str]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
+        options = {str(key).lower(): value for key, value in options.items()}
+        check_known(options, SOURCE_OPTIONS, "source")
+        params = kafka_params(options)
+        check_source_kafka_params(params)
+        bootstrap = params.pop("bootstrap.servers", "").strip()
+        if not bootstrap:
+            raise ConfigurationError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
+        starting = parse_offsets_spec(options, "starting", LATEST if streaming else EARLIEST, allow_group=True)
+        ending = parse_offsets_spec(options, "ending", LATEST, allow_group=False)
+        if streaming and ending.kind != LATEST:
+            raise ConfigurationError("endingOffsets options apply to batch queries only (spark.read); remove them")
+        group_id = params.pop("group.id", None)
+        if starting.kind == GROUP and not group_id:
+            raise ConfigurationError("startingOffsets=group needs kafka.group.id: the group whose committed offsets to start from")
+        _check_group_id(group_id)
+        return cls(
+            bootstrap_servers=bootstrap,
+            subscription=parse_subscription(options),
+            starting=starting,
+            ending=ending,
+            starting_fallback=parse_choice(options, "startingOffsetsFallback", (EARLIEST, LATEST, "fail"), EARLIEST),
+            max_offsets_per_trigger=parse_positive_int(options, "maxOffsetsPerTrigger", None),
+            fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
+            include_headers=parse_bool(options, "includeHeaders", False),
+            group_id=group_id,
+            stable_offsets_timeout_ms=parse_positive_int(
+                options, "stableOffsetsTimeoutMs", _default_stable_timeout(params)),
+            kafka=params,
+        )
+
+
+def _default_stable_timeout(params: Mapping[str, str]) -> int:
+    timeout = int(params.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+    return timeout + STABLE_OFFSETS_MARGIN_MS
+
+
+def _check_group_id(group_id: str | None) -> None:
+    # librdkafka's consumer group metadata encodes the group id as a NUL-terminated C string.
+    if group_id is not None and not all(32 <= ord(c) < 127 for c in group_id):
+        raise ConfigurationError(f"option kafka.group.id={group_id!r} must be printable ASCII")

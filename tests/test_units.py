@@ -11,13 +11,13 @@ from pyspark_eos.options import parse_bool
 
 @pytest.mark.parametrize("raw, expected", [("true", True), ("TRUE", True), (" false ", False)])
 def test_parse_bool_accepts_spark_spellings(raw, expected):
-    assert parse_bool({"includeHeaders": raw}, "includeHeaders", default=not expected) is expected
+    assert parse_bool({"includeheaders": raw}, "includeHeaders", default=not expected) is expected
 
 
 def test_parse_bool_default_and_error_names_option_and_choices():
     assert parse_bool({}, "includeHeaders", default=True) is True
     with pytest.raises(ConfigurationError, match=r"includeHeaders='yes'.*true or false") as failure:
-        parse_bool({"includeHeaders": "yes"}, "includeHeaders", default=False)
+        parse_bool({"includeheaders": "yes"}, "includeHeaders", default=False)
     assert isinstance(failure.value, EosKafkaError)
 
 
@@ -39,5 +39,5 @@ def test_executor_id_in_local_mode_is_the_driver():
 def test_free_ports_are_distinct_and_cluster_ids_are_kafka_uuids():
     ports = free_ports(6)
     assert len(set(ports)) == 6
-    cluster_id = random_cluster_id()
-    assert len(cluster_id) == 22 and "=" not in cluster_id
+    cluster_ids = [random_cluster_id() for _ in range(2000)]
+    assert all(len(c) == 22 and "=" not in c and not c.startswith("-") for c in cluster_ids)
