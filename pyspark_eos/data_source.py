@@ -1,4 +1,4 @@
-"""The ``eos-kafka`` data source as Spark sees it: its name and its schema.
+"""The ``eos-kafka`` data source as Spark sees it: its name, its schema, its readers.
 
 Spark (4.0+) finds it without a ``spark.dataSource.register`` call because the top-level package
 is named ``pyspark_*`` and exposes ``DefaultSource``.
@@ -8,8 +8,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from .errors import ConfigurationError
 from .kafka_schema import kafka_schema
-from .options import parse_bool
+from .options import SourceOptions, parse_bool
 
 FORMAT_NAME = "eos-kafka"
 
@@ -20,4 +21,30 @@ class EosKafkaDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
+        # Spark calls schema() at load(): checking the source options here makes a bad option fail
+        # there, before any query starts.
+        SourceOptions.parse(self.options, streaming=None)
         return kafka_schema(include_headers=parse_bool(self.options, "includeHeaders", default=False))
+
+    def reader(self, schema: StructType):
+        from .batch_reader import KafkaBatchReader
+
+        options = SourceOptions.parse(self.options, streaming=False)
+        _check_schema(schema, options.include_headers)
+        return KafkaBatchReader(options)
+
+    def streamReader(self, schema: StructType):
+        from .micro_batch_stream import KafkaMicroBatchStream
+
+        options = SourceOptions.parse(self.options, streaming=True)
+        _check_schema(schema, options.include_headers)
+        return KafkaMicroBatchStream(options)
+
+
+def _check_schema(schema: StructType, include_headers: bool) -> None:
+    expected = kafka_schema(include_headers)
+    if schema != expected:
+        raise ConfigurationError(
+            f"the eos-kafka source has a fixed schema ({expected.simpleString()}); remove the "
+            f".schema(...) call, which asked for {schema.simpleString()}"
+        )

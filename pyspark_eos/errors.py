@@ -16,3 +16,15 @@ class ConfigurationError(EosKafkaError, ValueError):
 
 class EmbeddedKafkaError(EosKafkaError):
     """The embedded development broker could not be assembled, started or stopped."""
+
+
+class PendingTransactionError(EosKafkaError):
+    """A consumer group's offsets stayed locked by an open transaction for longer than allowed."""
+
+
+class DataLossError(EosKafkaError):
+    """Records a query needs are gone from Kafka (retention, deleted topic or partition)."""
+
+
+class KafkaClientError(EosKafkaError):
+    """A Kafka request failed; the message names the request and Kafka's error."""

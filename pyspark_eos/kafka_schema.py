@@ -34,3 +34,23 @@ def kafka_schema(include_headers: bool = False) -> StructType:
     if include_headers:
         fields.append(StructField("headers", HEADERS_TYPE))
     return StructType(fields)
+
+
+def arrow_schema(include_headers: bool = False):
+    """The same schema as Arrow, exactly as Spark expects record batches from a Python data source
+    (``pyspark.sql.pandas.types.to_arrow_schema(kafka_schema(...), timezone="UTC")``)."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(pa.field("headers", pa.list_(pa.field("element", header))))
+    return pa.schema(fields)

@@ -240,7 +240,8 @@ class SourceOptions:
     kafka: dict[str, str]
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
+        """``streaming`` None checks what holds for both spark.read and spark.readStream."""
         options = {str(key).lower(): value for key, value in options.items()}
         check_known(options, SOURCE_OPTIONS, "source")
         params = kafka_params(options)
@@ -248,10 +249,9 @@ class SourceOptions:
         bootstrap = params.pop("bootstrap.servers", "").strip()
         if not bootstrap:
             raise ConfigurationError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
-        starting = parse_offsets_spec(options, "starting", LATEST if streaming else EARLIEST, allow_group=True)
+        starting = parse_offsets_spec(options, "starting", EARLIEST if streaming is False else LATEST, allow_group=True)
         ending = parse_offsets_spec(options, "ending", LATEST, allow_group=False)
-        if streaming and ending.kind != LATEST:
-            raise ConfigurationError("endingOffsets options apply to batch queries only (spark.read); remove them")
+        _check_mode(streaming, starting, ending, ending_given=any(k.startswith("ending") for k in options))
         group_id = params.pop("group.id", None)
         if starting.kind == GROUP and not group_id:
             raise ConfigurationError("startingOffsets=group needs kafka.group.id: the group whose committed offsets to start from")
@@ -270,6 +270,15 @@ class SourceOptions:
                 options, "stableOffsetsTimeoutMs", _default_stable_timeout(params)),
             kafka=params,
         )
+
+
+def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSpec, ending_given: bool) -> None:
+    if streaming and ending_given:
+        raise ConfigurationError("endingOffsets options apply to batch queries only (spark.read); remove them")
+    if streaming is False and starting.kind == LATEST:
+        raise ConfigurationError("startingOffsets=latest would read nothing in a batch query; use earliest, group or offsets")
+    if streaming is False and ending.kind == EARLIEST:
+        raise ConfigurationError("endingOffsets=earliest would read nothing in a batch query; use latest or offsets")
 
 
 def _default_stable_timeout(params: Mapping[str, str]) -> int:

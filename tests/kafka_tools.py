@@ -113,3 +113,30 @@ def _reached(consumer: Consumer, topic: str, ends: dict[int, int], eof_at: dict[
     """Done when the position, or the partition end seen, is at or past the last stable offset."""
     positions = consumer.position([TopicPartition(topic, p) for p in ends])
     return all(max(tp.offset, eof_at.get(tp.partition, -1)) >= ends[tp.partition] for tp in positions)
+
+
+def write_transactions(bootstrap: str, topic: str, transactions: list[tuple[bool, list[tuple[int, bytes]]]],
+                       headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Write each (commit?, [(partition, value), ...]) as one transaction, committed or aborted.
+
+    Aborted records are flushed to the broker first, so they take offsets in the log (followed by
+    an abort marker) exactly as a writer that failed late would leave them.
+    """
+    producer = transactional_producer(bootstrap)
+    for commit, records in transactions:
+        producer.begin_transaction()
+        for partition, value in records:
+            producer.produce(topic, key=value[:2], value=value, partition=partition, headers=headers)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+
+def mixed_transactions(partitions: int, rounds: int, per_partition: int = 2) -> list[tuple[bool, list[tuple[int, bytes]]]]:
+    """Rounds of transactions over all partitions, every third one aborted."""
+    return [
+        (index % 3 != 1, [(p, b"r%d-p%d-%d" % (index, p, i)) for p in range(partitions) for i in range(per_partition)])
+        for index in range(rounds)
+    ]

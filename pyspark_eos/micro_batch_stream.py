@@ -1,0 +1,98 @@
+"""``spark.readStream.format("eos-kafka")``: Spark's micro-batch protocol over Kafka offsets.
+
+Spark calls initialOffset/latestOffset/partitions/commit in one long-lived Python process per
+query run, and keeps every batch's end offsets in its offset log. A batch is re-planned on
+restart from (previous end, end) alone, so nothing here may depend on state that a restart loses.
+
+Admission control (``latestOffset(start, limit)``, ``getDefaultReadLimit``) and
+Trigger.AvailableNow exist from PySpark 4.2. On 4.0/4.1 Spark calls ``latestOffset()`` with no
+arguments; the stream then continues from the end it returned last and applies
+maxOffsetsPerTrigger itself.
+"""
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import DataSourceStreamReader
+
+from .offset_planning import Offsets, cap, from_json, rate_limit, to_json
+from .options import SourceOptions
+from .source_planner import SourcePlanner, read_partition
+
+try:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+except ImportError:  # PySpark 4.0 and 4.1
+    ReadAllAvailable = ReadMaxRows = None
+    SupportsTriggerAvailableNow = object
+
+log = logging.getLogger(__name__)
+
+
+class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.planner = SourcePlanner(options)
+        self._last_end: Offsets | None = None
+        self._latest: Offsets | None = None
+        self._available_now_end: Offsets | None = None
+
+    @property
+    def options(self) -> SourceOptions:
+        return self.planner.options
+
+    def initialOffset(self) -> dict:
+        start = self.planner.resolve(self.options.starting, self.planner.kafka.topic_partitions())
+        log.info("query starts at %s (startingOffsets: %s)", to_json(start), self.options.starting.kind)
+        return to_json(start)
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        begin = from_json(start) if start is not None else self._continue_from()
+        partitions = self.planner.kafka.topic_partitions()
+        self._latest = self.planner.kafka.latest(partitions)
+        new = [tp for tp in partitions if tp not in begin]
+        if new:
+            log.info("new partitions %s are read from their earliest offset", new)
+            begin = {**begin, **self.planner.kafka.earliest(new)}
+        end = cap(self._latest, self._available_now_end)
+        max_records = self._max_records(limit)
+        if max_records is not None:
+            end = rate_limit(begin, end, max_records)
+        self._last_end = end
+        return to_json(end)
+
+    def getDefaultReadLimit(self):
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = self.planner.kafka.latest(self.planner.kafka.topic_partitions())
+        log.info("Trigger.AvailableNow: reading up to %s", to_json(self._available_now_end))
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict):
+        return self.planner.plan(from_json(start), from_json(end))
+
+    def read(self, partition):
+        return read_partition(partition, self.planner.settings)
+
+    def commit(self, end: dict) -> None:
+        # Input offsets are committed to Kafka by the eos-kafka sink, inside each task's transaction;
+        # Spark's commit here only means the batch is done.
+        log.debug("batch up to %s is done", end)
+
+    def _continue_from(self) -> Offsets:
+        if self._last_end is None:
+            self._last_end = from_json(self.initialOffset())
+        return self._last_end
+
+    def _max_records(self, limit) -> int | None:
+        if limit is None:  # PySpark 4.0/4.1 passes no limit: apply the option here
+            return self.options.max_offsets_per_trigger
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            return limit.max_rows
+        return None  # ReadAllAvailable (e.g. Trigger.AvailableNow batches) or a limit Kafka offsets can't express
+
+    def __getstate__(self):
+        return {"planner": self.planner, "_last_end": None, "_latest": None, "_available_now_end": None}

@@ -1,0 +1,197 @@
+"""Deciding which offsets each batch reads: where a query starts, where a batch ends, the ranges.
+
+Everything here is a pure function of offsets already fetched from Kafka, so a batch is
+re-planned exactly from the offsets Spark keeps in its checkpoint: Spark's offset log holds each
+batch's end offsets as ``{"topic": {"partition": offset}}`` (the JSON form of Spark's own Kafka
+source), and a batch's start is the previous batch's end.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from .errors import ConfigurationError, DataLossError
+from .options import EARLIEST, EARLIEST_OFFSET, GROUP, LATEST, LATEST_OFFSET, OffsetsSpec
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records [start, end) of one partition. Offsets have gaps (transaction markers, aborted
+    records), so end - start bounds the record count but is not it."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def key(self) -> TopicPartitionKey:
+        return (self.topic, self.partition)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}[{self.start},{self.end})"
+
+
+# ------------------------------------------------------------------------------- offset JSON
+
+def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = int(offset)
+    return result
+
+
+def from_json(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
+    return {(topic, int(partition)): int(offset)
+            for topic, partitions in offsets.items() for partition, offset in partitions.items()}
+
+
+# ------------------------------------------------------------------------------- starting offsets
+
+@dataclass(frozen=True)
+class OffsetLookups:
+    """The Kafka questions offset resolution may ask (``KafkaOffsetReader``'s methods)."""
+
+    earliest: Callable[[Iterable[TopicPartitionKey]], Offsets]
+    latest: Callable[[Iterable[TopicPartitionKey]], Offsets]
+    for_timestamps: Callable[[dict[TopicPartitionKey, int]], Offsets]
+    committed: Callable[[str, list[TopicPartitionKey]], dict[TopicPartitionKey, int | None]]
+
+
+def resolve_offsets(spec: OffsetsSpec, partitions: list[TopicPartitionKey], lookups: OffsetLookups,
+                    group_id: str | None = None, fallback: str = EARLIEST) -> Offsets:
+    """Concrete offsets for every partition from a starting or ending offsets option."""
+    if spec.kind == EARLIEST:
+        return lookups.earliest(partitions)
+    if spec.kind == LATEST:
+        return lookups.latest(partitions)
+    if spec.kind == GROUP:
+        return _group_offsets(partitions, lookups, group_id, fallback)
+    if spec.kind == "timestamp":
+        return _timestamp_offsets(spec, partitions, lookups)
+    return _explicit_offsets(spec, partitions, lookups)
+
+
+def _group_offsets(partitions, lookups: OffsetLookups, group_id: str, fallback: str) -> Offsets:
+    committed = lookups.committed(group_id, partitions)
+    never = [tp for tp in partitions if committed.get(tp) is None]
+    if never and fallback == "fail":
+        raise ConfigurationError(
+            f"consumer group {group_id!r} has no committed offset for {_names(never)} and "
+            "startingOffsetsFallback=fail; set startingOffsetsFallback to earliest or latest to start them anyway"
+        )
+    if never:
+        log.info("group %r never committed %s; starting them at %s", group_id, _names(never), fallback)
+    resolved = {tp: offset for tp, offset in committed.items() if offset is not None and tp in partitions}
+    resolved.update(resolve_offsets(OffsetsSpec(fallback), never, lookups) if never else {})
+    return resolved
+
+
+def _timestamp_offsets(spec: OffsetsSpec, partitions, lookups: OffsetLookups) -> Offsets:
+    if spec.timestamp is not None:
+        timestamps = {tp: spec.timestamp for tp in partitions}
+    else:
+        _require_listed(spec.per_partition, partitions, "startingOffsetsByTimestamp")
+        timestamps = {tp: spec.per_partition[tp] for tp in partitions}
+    found = lookups.for_timestamps(timestamps)
+    # No record at or after the timestamp: start at the end, as Spark's "latest" strategy does.
+    missing = [tp for tp, offset in found.items() if offset < 0]
+    found.update(lookups.latest(missing) if missing else {})
+    return found
+
+
+def _explicit_offsets(spec: OffsetsSpec, partitions, lookups: OffsetLookups) -> Offsets:
+    _require_listed(spec.per_partition, partitions, "offsets JSON")
+    chosen = {tp: spec.per_partition[tp] for tp in partitions}
+    earliest = [tp for tp, offset in chosen.items() if offset == EARLIEST_OFFSET]
+    latest = [tp for tp, offset in chosen.items() if offset == LATEST_OFFSET]
+    chosen.update(lookups.earliest(earliest) if earliest else {})
+    chosen.update(lookups.latest(latest) if latest else {})
+    return chosen
+
+
+def _require_listed(given: Mapping[TopicPartitionKey, int], partitions, what: str) -> None:
+    missing = [tp for tp in partitions if tp not in given]
+    if missing:
+        raise ConfigurationError(f"the {what} gives no offset for {_names(missing)}; list every partition read")
+
+
+def _names(partitions: Iterable[TopicPartitionKey]) -> str:
+    return ", ".join(f"{topic}-{partition}" for topic, partition in sorted(partitions))
+
+
+# ------------------------------------------------------------------------------- batch ends
+
+def rate_limit(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
+    """End offsets that advance at most ``max_records`` offsets in total, split over partitions
+    in proportion to their backlog (Spark's Kafka source rule; small partitions are not starved)."""
+    backlog = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(backlog.values())
+    if total <= max_records:
+        return dict(latest)
+    ends = {}
+    for tp, end in latest.items():
+        begin = start.get(tp, end)
+        share = max_records * backlog[tp] / total
+        advance = math.ceil(share) if share < 1 else math.floor(share)
+        ends[tp] = min(end, begin + advance)
+    return ends
+
+
+def cap(ends: Offsets, limit: Offsets | None) -> Offsets:
+    """Trigger.AvailableNow: never past the offsets that were latest when the run began."""
+    if limit is None:
+        return ends
+    return {tp: min(offset, limit[tp]) if tp in limit else offset for tp, offset in ends.items()}
+
+
+# ------------------------------------------------------------------------------- ranges
+
+def plan_ranges(start: Offsets, end: Offsets, earliest: Offsets, fail_on_data_loss: bool) -> list[OffsetRange]:
+    """The non-empty [start, end) ranges of a batch.
+
+    A partition in ``end`` but not in ``start`` is new since the previous batch: it is read from
+    its earliest offset. Offsets that Kafka no longer has (retention, a deleted or recreated
+    topic) are data loss: an error when failOnDataLoss is true, otherwise skipped with a warning.
+    """
+    _check_vanished(start, end, fail_on_data_loss)
+    ranges = []
+    for tp in sorted(end):
+        begin = start.get(tp, earliest.get(tp, 0))
+        first = _first_available(tp, begin, end[tp], earliest.get(tp, 0), fail_on_data_loss)
+        if first < end[tp]:
+            ranges.append(OffsetRange(tp[0], tp[1], first, end[tp]))
+    return ranges
+
+
+def _first_available(tp, begin: int, end: int, earliest: int, fail_on_data_loss: bool) -> int:
+    if end < begin:
+        _data_loss(fail_on_data_loss, f"{tp[0]}-{tp[1]}: the batch ends at offset {end} before it starts at "
+                   f"{begin}; the topic was probably deleted and recreated, or its log truncated")
+        return end
+    if begin < earliest:
+        _data_loss(fail_on_data_loss, f"{tp[0]}-{tp[1]}: offsets [{begin}, {min(earliest, end)}) are gone "
+                   f"from Kafka (the earliest available offset is {earliest}), most likely removed by retention")
+        return min(earliest, end)
+    return begin
+
+
+def _check_vanished(start: Offsets, end: Offsets, fail_on_data_loss: bool) -> None:
+    vanished = sorted(set(start) - set(end))
+    if vanished:
+        _data_loss(fail_on_data_loss, f"partitions {_names(vanished)} no longer exist; their unread records are lost")
+
+
+def _data_loss(fail: bool, message: str) -> None:
+    if fail:
+        raise DataLossError(
+            message + ". Set failOnDataLoss=false to skip lost offsets and go on (the missing records are not read)"
+        )
+    log.warning("data loss (failOnDataLoss=false, going on): %s", message)

@@ -1,0 +1,93 @@
+"""Driver-side questions to Kafka about offsets: which partitions, where they begin and end.
+
+"Latest" is the last stable offset (LSO): the first offset of the oldest still-open transaction,
+or the high watermark when none is open. A read_committed consumer cannot go past it, so a
+planned range never ends inside an undecided transaction. All questions go through one
+AdminClient kept for the life of the driver-side reader process.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from .errors import ConfigurationError, KafkaClientError
+from .group_offsets import fetch_stable_committed_offsets
+from .options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
+REQUEST_TIMEOUT_S = 30.0
+
+
+class KafkaOffsetReader:
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self._admin: AdminClient | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient({**self.options.kafka, "bootstrap.servers": self.options.bootstrap_servers})
+        return self._admin
+
+    def topic_partitions(self) -> list[TopicPartitionKey]:
+        """The partitions the subscription selects now, sorted; new partitions show up here."""
+        subscription = self.options.subscription
+        if subscription.kind == "assign":
+            return list(subscription.assigned)
+        try:
+            metadata = self.admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as error:
+            raise KafkaClientError(f"listing topics at {self.options.bootstrap_servers} failed: {error.args[0]}") from error
+        found = sorted(
+            (topic.topic, partition)
+            for topic in metadata.topics.values()
+            if topic.error is None and subscription.matches(topic.topic)
+            for partition in topic.partitions
+        )
+        if subscription.kind == "subscribe":
+            missing = set(subscription.topics) - {topic for topic, _ in found}
+            if missing:
+                raise ConfigurationError(
+                    f"subscribed topic(s) {', '.join(sorted(missing))} do not exist at "
+                    f"{self.options.bootstrap_servers}; create them or fix the subscribe option"
+                )
+        return found
+
+    def earliest(self, partitions: Iterable[TopicPartitionKey]) -> Offsets:
+        return self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "earliest")
+
+    def latest(self, partitions: Iterable[TopicPartitionKey]) -> Offsets:
+        """Last stable offsets (read_committed)."""
+        return self._list_offsets({tp: OffsetSpec.latest() for tp in partitions}, "latest")
+
+    def for_timestamps(self, timestamps: dict[TopicPartitionKey, int]) -> Offsets:
+        """First offset with a timestamp at or after the given one; -1 where there is none."""
+        return self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()}, "timestamp")
+
+    def committed(self, group: str, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
+        """The group's committed offsets, waiting out open transactions (G5)."""
+        return fetch_stable_committed_offsets(self.admin, group, partitions, self.options.stable_offsets_timeout_ms)
+
+    def _list_offsets(self, request: dict[TopicPartitionKey, OffsetSpec], what: str) -> Offsets:
+        if not request:
+            return {}
+        futures = self.admin.list_offsets(
+            {TopicPartition(topic, partition): spec for (topic, partition), spec in request.items()},
+            isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=REQUEST_TIMEOUT_S,
+        )
+        offsets: Offsets = {}
+        for tp, future in futures.items():
+            try:
+                offsets[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException as error:
+                raise KafkaClientError(
+                    f"listing the {what} offset of {tp.topic}-{tp.partition} failed: {error.args[0]}; "
+                    "check that the topic exists and the principal may DESCRIBE it"
+                ) from error
+        return offsets

@@ -1,0 +1,149 @@
+"""Executor side of the source: reads one offset range with read_committed into Arrow batches.
+
+A range [start, end) is done when the consumer's position reaches ``end``, or when the partition
+end is reached at or past it. Counting records would never finish: transaction markers and
+aborted records take offsets that a read_committed consumer never returns, so a range that
+starts or ends on a marker, or holds an aborted transaction, has fewer records than offsets.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from .errors import DataLossError, KafkaClientError
+from .kafka_schema import arrow_schema
+from .offset_planning import OffsetRange
+
+log = logging.getLogger(__name__)
+
+# librdkafka timestamp types -> Spark's timestampType column (0 CreateTime, 1 LogAppendTime).
+_TIMESTAMP_TYPES = {1: 0, 2: 1}
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """What an executor needs to read ranges; pickled into every task."""
+
+    consumer_config: dict[str, str]
+    include_headers: bool
+    fail_on_data_loss: bool
+    poll_timeout_s: float = 120.0
+    batch_records: int = 8192
+
+
+def consumer_config(bootstrap_servers: str, kafka_params: dict[str, str], group_id: str | None) -> dict[str, str]:
+    return {
+        **kafka_params,
+        "bootstrap.servers": bootstrap_servers,
+        # Only assign() is used: the group is never joined and nothing is committed from here.
+        "group.id": group_id or "eos-kafka-source-reader",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": "false",
+        "enable.auto.offset.store": "false",
+        "enable.partition.eof": "true",
+        "auto.offset.reset": "error",
+    }
+
+
+class _Columns:
+    """Column buffers of one Arrow batch in Spark's Kafka schema."""
+
+    def __init__(self, include_headers: bool):
+        self.include_headers = include_headers
+        self.schema = arrow_schema(include_headers)
+        self.clear()
+
+    def clear(self) -> None:
+        self.columns: list[list] = [[] for _ in self.schema]
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def append(self, message) -> None:
+        timestamp_type, timestamp_ms = message.timestamp()
+        row = [message.key(), message.value(), message.topic(), message.partition(), message.offset(),
+               timestamp_ms * 1000 if timestamp_type else None, _TIMESTAMP_TYPES.get(timestamp_type)]
+        if self.include_headers:
+            headers = message.headers()
+            row.append([{"key": k, "value": v} for k, v in headers] if headers else None)
+        for column, value in zip(self.columns, row):
+            column.append(value)
+
+    def to_batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(column, type=field.type) for column, field in zip(self.columns, self.schema)]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self.clear()
+        return batch
+
+
+def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
+    """Yield the committed records of ``offset_range`` as Arrow record batches."""
+    consumer = Consumer(settings.consumer_config)
+    try:
+        start = _start_offset(consumer, offset_range, settings)
+        if start >= offset_range.end:
+            return
+        consumer.assign([TopicPartition(offset_range.topic, offset_range.partition, start)])
+        yield from _consume(consumer, offset_range, settings)
+    finally:
+        consumer.close()
+
+
+def _start_offset(consumer: Consumer, offset_range: OffsetRange, settings: ReaderSettings) -> int:
+    tp = TopicPartition(offset_range.topic, offset_range.partition)
+    low, _high = consumer.get_watermark_offsets(tp, timeout=30)
+    if offset_range.start >= low:
+        return offset_range.start
+    message = (f"{offset_range}: offsets [{offset_range.start}, {min(low, offset_range.end)}) were removed from "
+               f"Kafka before they were read (earliest available: {low}), most likely by retention")
+    if settings.fail_on_data_loss:
+        raise DataLossError(message + ". Set failOnDataLoss=false to skip them and go on")
+    log.warning("data loss (failOnDataLoss=false, going on): %s", message)
+    return low
+
+
+def _consume(consumer: Consumer, offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
+    columns = _Columns(settings.include_headers)
+    position = offset_range.start
+    last_progress = time.monotonic()
+    while position < offset_range.end:
+        # consume() waits for its whole timeout unless num_messages arrive, so keep it short: the
+        # last call of every range would otherwise idle for the full timeout.
+        messages = consumer.consume(num_messages=min(settings.batch_records, 10_000), timeout=0.1)
+        for message in messages:
+            position = max(position, _take(message, offset_range, columns))
+        position = max(position, _position(consumer, offset_range))
+        if messages:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > settings.poll_timeout_s:
+            raise KafkaClientError(
+                f"reading {offset_range} made no progress for {settings.poll_timeout_s:.0f} s (stuck at offset "
+                f"{position}); check that the partition's leader is reachable"
+            )
+        if len(columns) >= settings.batch_records:
+            yield columns.to_batch()
+    if len(columns):
+        yield columns.to_batch()
+
+
+def _take(message, offset_range: OffsetRange, columns: _Columns) -> int:
+    """Add a record in range; return how far this message shows the partition has been read."""
+    error = message.error()
+    if error is None:
+        if message.offset() < offset_range.end:
+            columns.append(message)
+        return message.offset() + 1
+    if error.code() == KafkaError._PARTITION_EOF:
+        # At the partition end: everything before this offset has been delivered.
+        return message.offset()
+    raise KafkaClientError(f"reading {offset_range} failed: {error}")
+
+
+def _position(consumer: Consumer, offset_range: OffsetRange) -> int:
+    tp = consumer.position([TopicPartition(offset_range.topic, offset_range.partition)])[0]
+    return tp.offset if tp.offset >= 0 else offset_range.start

@@ -1,0 +1,47 @@
+"""Driver-side planning shared by the batch reader and the micro-batch stream."""
+from __future__ import annotations
+
+import logging
+
+from .input_partition import KafkaInputPartition, input_partitions
+from .offset_planning import OffsetLookups, Offsets, OffsetRange, plan_ranges, resolve_offsets
+from .offset_reader import KafkaOffsetReader
+from .options import OffsetsSpec, SourceOptions
+from .partition_reader import ReaderSettings, consumer_config, read_range
+
+log = logging.getLogger(__name__)
+
+
+class SourcePlanner:
+    """Turns options and offsets into ranges; holds the driver's AdminClient (not pickled)."""
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self.kafka = KafkaOffsetReader(options)
+        self.settings = ReaderSettings(
+            consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
+            include_headers=options.include_headers,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+
+    @property
+    def lookups(self) -> OffsetLookups:
+        return OffsetLookups(self.kafka.earliest, self.kafka.latest, self.kafka.for_timestamps, self.kafka.committed)
+
+    def resolve(self, spec: OffsetsSpec, partitions) -> Offsets:
+        return resolve_offsets(spec, partitions, self.lookups, self.options.group_id, self.options.starting_fallback)
+
+    def plan(self, start: Offsets, end: Offsets) -> list[KafkaInputPartition]:
+        earliest = self.kafka.earliest(list(end))
+        ranges = plan_ranges(start, end, earliest, self.options.fail_on_data_loss)
+        log.info("planned %d range(s): %s", len(ranges), ", ".join(map(str, ranges)) or "none")
+        return input_partitions(ranges)
+
+    def __getstate__(self):
+        # Executors only read: they need the settings, not the driver's Kafka clients.
+        return {"options": self.options, "settings": self.settings, "kafka": None}
+
+
+def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
+    for offset_range in partition.ranges:
+        yield from read_range(offset_range, settings)

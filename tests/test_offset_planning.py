@@ -1,0 +1,94 @@
+"""Offset planning is a pure function of offsets: checked here without Kafka."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from pyspark_eos.errors import ConfigurationError, DataLossError
+from pyspark_eos.offset_planning import (
+    OffsetLookups,
+    OffsetRange,
+    cap,
+    from_json,
+    plan_ranges,
+    rate_limit,
+    resolve_offsets,
+    to_json,
+)
+from pyspark_eos.options import OffsetsSpec
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+def test_offset_json_is_sparks_kafka_form_and_round_trips():
+    offsets = {A0: 5, A1: 7, B0: 0}
+    assert to_json(offsets) == {"a": {"0": 5, "1": 7}, "b": {"0": 0}}
+    assert from_json(to_json(offsets)) == offsets
+
+
+def test_rate_limit_splits_in_proportion_to_backlog_without_starving_small_partitions():
+    start = {A0: 0, A1: 0, B0: 10}
+    latest = {A0: 1000, A1: 10, B0: 11}
+    ends = rate_limit(start, latest, 100)
+    assert ends[A0] - start[A0] == 98  # floor(100 * 1000 / 1011)
+    assert ends[A1] - start[A1] == 1  # 0.99 rounds up: a small partition still moves
+    assert ends[B0] - start[B0] == 1
+    assert rate_limit(start, latest, 5000) == latest
+
+
+def test_rate_limit_shares_the_limit_with_new_partitions_from_their_given_start():
+    # A new partition enters with its earliest offset as start (micro_batch_stream adds it).
+    assert rate_limit({A0: 10, A1: 0}, {A0: 20, A1: 20}, 10) == {A0: 13, A1: 6}
+
+
+def test_cap_stops_at_the_available_now_end():
+    assert cap({A0: 50, A1: 9}, {A0: 40, A1: 40}) == {A0: 40, A1: 9}
+    assert cap({A0: 50}, None) == {A0: 50}
+
+
+def test_plan_ranges_skips_empty_and_reads_new_partitions_from_earliest():
+    ranges = plan_ranges({A0: 5, A1: 7}, {A0: 9, A1: 7, B0: 4}, {A0: 0, A1: 0, B0: 2}, True)
+    assert ranges == [OffsetRange("a", 0, 5, 9), OffsetRange("b", 0, 2, 4)]
+
+
+@pytest.mark.parametrize("start, end, earliest, message", [
+    ({A0: 3}, {A0: 9}, {A0: 5}, r"a-0: offsets \[3, 5\) are gone from Kafka \(the earliest available offset is 5\)"),
+    ({A0: 9}, {A0: 4}, {A0: 0}, r"a-0: the batch ends at offset 4 before it starts at 9"),
+    ({A0: 3, B0: 1}, {A0: 4}, {A0: 0}, r"partitions b-0 no longer exist"),
+])
+def test_data_loss_fails_or_is_skipped_with_a_warning(start, end, earliest, message, caplog):
+    with pytest.raises(DataLossError, match=message + ".*failOnDataLoss=false"):
+        plan_ranges(start, end, earliest, fail_on_data_loss=True)
+    with caplog.at_level(logging.WARNING):
+        ranges = plan_ranges(start, end, earliest, fail_on_data_loss=False)
+    assert all(r.start >= earliest.get(r.key, 0) for r in ranges)
+    assert any("data loss" in record.message for record in caplog.records)
+
+
+def fake_lookups(committed):
+    return OffsetLookups(
+        earliest=lambda tps: {tp: 0 for tp in tps},
+        latest=lambda tps: {tp: 100 for tp in tps},
+        for_timestamps=lambda ts: {tp: (50 if t <= 1000 else -1) for tp, t in ts.items()},
+        committed=lambda group, tps: {tp: committed.get(tp) for tp in tps},
+    )
+
+
+def test_group_start_falls_back_for_partitions_never_committed():
+    lookups = fake_lookups({A0: 42})
+    assert resolve_offsets(OffsetsSpec("group"), [A0, A1], lookups, "g", "earliest") == {A0: 42, A1: 0}
+    assert resolve_offsets(OffsetsSpec("group"), [A0, A1], lookups, "g", "latest") == {A0: 42, A1: 100}
+    with pytest.raises(ConfigurationError, match="group 'g' has no committed offset for a-1"):
+        resolve_offsets(OffsetsSpec("group"), [A0, A1], lookups, "g", "fail")
+
+
+def test_explicit_and_timestamp_starts():
+    lookups = fake_lookups({})
+    spec = OffsetsSpec("offsets", per_partition={A0: 7, A1: -2, B0: -1})
+    assert resolve_offsets(spec, [A0, A1, B0], lookups) == {A0: 7, A1: 0, B0: 100}
+    with pytest.raises(ConfigurationError, match="gives no offset for b-0"):
+        resolve_offsets(OffsetsSpec("offsets", per_partition={A0: 1}), [A0, B0], lookups)
+    by_time = OffsetsSpec("timestamp", per_partition={A0: 1000, A1: 5000})
+    assert resolve_offsets(by_time, [A0, A1], lookups) == {A0: 50, A1: 100}
+    assert resolve_offsets(OffsetsSpec("timestamp", timestamp=10), [A0], lookups) == {A0: 50}

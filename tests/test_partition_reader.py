@@ -1,0 +1,70 @@
+"""Reading [start, end) by position: markers and aborted records take offsets but are not data."""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_eos.errors import DataLossError
+from pyspark_eos.offset_planning import OffsetRange
+from pyspark_eos.partition_reader import ReaderSettings, consumer_config, read_range
+
+from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
+
+
+@pytest.fixture(scope="module")
+def marker_topic(kafka):
+    """Partition 0's log: 0-1 committed, 2 commit marker, 3-4 aborted, 5 abort marker,
+    6-7 committed, 8 commit marker, 9 aborted, 10 abort marker, 11 committed, 12 commit marker."""
+    topic = create_topic(kafka.bootstrap_servers, unique_name("markers"))
+    write_transactions(kafka.bootstrap_servers, topic, [
+        (True, [(0, b"a0"), (0, b"a1")]),
+        (False, [(0, b"x3"), (0, b"x4")]),
+        (True, [(0, b"b6"), (0, b"b7")]),
+        (False, [(0, b"x9")]),
+        (True, [(0, b"c11")]),
+    ])
+    return topic
+
+
+def settings(kafka, **overrides) -> ReaderSettings:
+    values = {"include_headers": False, "fail_on_data_loss": True, **overrides}
+    return ReaderSettings(consumer_config(kafka.bootstrap_servers, {}, None), **values)
+
+
+def read_values(kafka, topic, start, end, **overrides):
+    batches = list(read_range(OffsetRange(topic, 0, start, end), settings(kafka, **overrides)))
+    return [(row["offset"], row["value"]) for batch in batches for row in batch.to_pylist()]
+
+
+def test_the_log_has_the_layout_the_ranges_are_chosen_for(kafka, marker_topic):
+    committed = read_committed(kafka.bootstrap_servers, marker_topic)
+    assert [(r.offset, r.value) for r in committed] == [
+        (0, b"a0"), (1, b"a1"), (6, b"b6"), (7, b"b7"), (11, b"c11")]
+
+
+def test_every_range_completes_with_exactly_its_committed_records(kafka, marker_topic):
+    committed = [(r.offset, r.value) for r in read_committed(kafka.bootstrap_servers, marker_topic)]
+    end_of_log = 13
+    for start in range(end_of_log + 1):
+        for end in range(start, end_of_log + 1):
+            expected = [(o, v) for o, v in committed if start <= o < end]
+            assert read_values(kafka, marker_topic, start, end) == expected, f"range [{start}, {end})"
+
+
+def test_small_arrow_batches_split_a_range_without_losing_records(kafka, marker_topic):
+    batches = list(read_range(OffsetRange(marker_topic, 0, 0, 13), settings(kafka, batch_records=2)))
+    assert [batch.num_rows for batch in batches] == [2, 2, 1]
+
+
+def test_a_range_whose_records_were_deleted_is_data_loss(kafka):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("deleted"))
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, b"v%d" % i) for i in range(6)])])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.delete_records([TopicPartition(topic, 0, 4)])[TopicPartition(topic, 0, 4)].result(30)
+
+    with pytest.raises(DataLossError, match=r"offsets \[1, 4\) were removed.*failOnDataLoss=false"):
+        read_values(kafka, topic, 1, 7)
+    kept = read_values(kafka, topic, 1, 7, fail_on_data_loss=False)
+    assert kept == [(4, b"v4"), (5, b"v5")]

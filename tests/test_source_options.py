@@ -1,0 +1,79 @@
+"""Source options: Spark's names, one parse, errors that name the option and the fix."""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_eos.errors import ConfigurationError
+from pyspark_eos.options import SourceOptions
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "in"}
+
+
+def parse(streaming=True, **options):
+    return SourceOptions.parse({**BASE, **options}, streaming=streaming)
+
+
+def test_defaults_follow_sparks_kafka_source():
+    streaming, batch = parse(), parse(streaming=False)
+    assert streaming.starting.kind == "latest" and batch.starting.kind == "earliest"
+    assert batch.ending.kind == "latest"
+    assert streaming.fail_on_data_loss is True and streaming.include_headers is False
+    assert streaming.max_offsets_per_trigger is None
+    assert streaming.stable_offsets_timeout_ms == 90_000  # librdkafka's 60 s transaction timeout + margin
+
+
+def test_keys_are_case_insensitive_and_kafka_params_pass_through():
+    options = SourceOptions.parse({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Subscribe": "a, b",
+                                   "kafka.client.id": "me", "MaxOffsetsPerTrigger": "7"}, streaming=True)
+    assert options.bootstrap_servers == "h:1"
+    assert options.subscription.topics == ("a", "b")
+    assert options.kafka == {"client.id": "me"}
+    assert options.max_offsets_per_trigger == 7
+
+
+def test_offsets_json_and_group_start():
+    options = parse(startingOffsets='{"in":{"0":5,"1":-2}}')
+    assert options.starting.kind == "offsets"
+    assert options.starting.per_partition == {("in", 0): 5, ("in", 1): -2}
+    group = parse(startingOffsets="group", **{"kafka.group.id": "g"})
+    assert group.starting.kind == "group" and group.group_id == "g"
+
+
+def test_stable_timeout_follows_the_transaction_timeout():
+    assert parse(**{"kafka.transaction.timeout.ms": "10000"}).stable_offsets_timeout_ms == 40_000
+    assert parse(stableOffsetsTimeoutMs="1500").stable_offsets_timeout_ms == 1500
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"subscribe": None}, r"set exactly one of the options subscribe, subscribePattern, assign \(got none\)"),
+    ({"assign": '{"in":[0]}'}, r"set exactly one of .*\(got subscribe, assign\)"),
+    ({"subscribe": None, "subscribePattern": "("}, "subscribePattern='\\(' is not a valid regular expression"),
+    ({"startingOffsets": "newest"}, "startingOffsets='newest' is not valid; use earliest, latest, group"),
+    ({"startingOffsets": '{"in":[1]}'}, 'startingOffsets=.* is not valid JSON of the form'),
+    ({"startingOffsets": "latest", "startingTimestamp": "1"}, "startingOffsets and startingTimestamp conflict"),
+    ({"startingOffsets": "group"}, "startingOffsets=group needs kafka.group.id"),
+    ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger='0' must be a positive whole number"),
+    ({"failOnDataLoss": "maybe"}, "failOnDataLoss='maybe' is not a boolean"),
+    ({"startingOffsetsFallback": "none"}, "startingOffsetsFallback='none' is not valid; use one of: earliest, latest, fail"),
+    ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers is required"),
+    ({"kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit is not supported.*inside its transactions"),
+    ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset is not supported.*startingOffsets"),
+    ({"kafka.isolation.level": "read_uncommitted"}, "read_uncommitted.*break exactly-once"),
+    ({"kafka.group.id": "gr\u00fcppe"}, "must be printable ASCII"),
+    ({"endingOffsets": "latest"}, "endingOffsets options apply to batch queries only"),
+    ({"maxOfsetsPerTrigger": "5"}, "unknown option\\(s\\) for the eos-kafka source: maxofsetspertrigger; valid options"),
+])
+def test_bad_options_are_named_with_the_fix(options, message):
+    merged = {key: value for key, value in {**BASE, **options}.items() if value is not None}
+    with pytest.raises(ConfigurationError, match=message):
+        SourceOptions.parse(merged, streaming=True)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"startingOffsets": "latest"}, "startingOffsets=latest would read nothing in a batch query"),
+    ({"endingOffsets": "earliest"}, "endingOffsets=earliest would read nothing in a batch query"),
+    ({"endingOffsets": "group"}, "endingOffsets='group' is not valid; use earliest, latest"),
+])
+def test_batch_only_rules(options, message):
+    with pytest.raises(ConfigurationError, match=message):
+        parse(streaming=False, **options)
