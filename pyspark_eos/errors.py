@@ -28,3 +28,7 @@ class DataLossError(EosKafkaError):
 
 class KafkaClientError(EosKafkaError):
     """A Kafka request failed; the message names the request and Kafka's error."""
+
+
+class FencedError(EosKafkaError):
+    """Another instance of the same pipeline took over; this one must not commit any more."""

@@ -3,19 +3,24 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
+from .group_membership import GroupStamp
 from .offset_planning import OffsetRange
 
 
 class KafkaInputPartition(InputPartition):
-    def __init__(self, index: int, ranges: tuple[OffsetRange, ...]):
+    """``group`` is the membership the plan was made under (None when no kafka.group.id is set):
+    the sink commits the ranges' end offsets with it, so a fenced plan cannot commit."""
+
+    def __init__(self, index: int, ranges: tuple[OffsetRange, ...], group: GroupStamp | None = None):
         super().__init__(index)
         self.index = index
         self.ranges = ranges
+        self.group = group
 
     def __repr__(self) -> str:
         return f"KafkaInputPartition({self.index}, {', '.join(map(str, self.ranges))})"
 
 
-def input_partitions(ranges: list[OffsetRange]) -> list[KafkaInputPartition]:
+def input_partitions(ranges: list[OffsetRange], group: GroupStamp | None) -> list[KafkaInputPartition]:
     """One Spark task per partition range, like Spark's Kafka source without minPartitions."""
-    return [KafkaInputPartition(index, (offset_range,)) for index, offset_range in enumerate(ranges)]
+    return [KafkaInputPartition(index, (offset_range,), group) for index, offset_range in enumerate(ranges)]

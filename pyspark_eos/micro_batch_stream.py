@@ -45,6 +45,8 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return to_json(start)
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        # Keeps the query in its consumer group from its first batch on, and stops a fenced one early.
+        self.planner.join_group()
         begin = from_json(start) if start is not None else self._continue_from()
         partitions = self.planner.kafka.topic_partitions()
         self._latest = self.planner.kafka.latest(partitions)
@@ -81,6 +83,11 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # Input offsets are committed to Kafka by the eos-kafka sink, inside each task's transaction;
         # Spark's commit here only means the batch is done.
         log.debug("batch up to %s is done", end)
+
+    def stop(self) -> None:
+        # Spark kills the reader process rather than calling this; a restarted query's static
+        # membership takes over from the dead one's (same instance id).
+        self.planner.close()
 
     def _continue_from(self) -> Offsets:
         if self._last_end is None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from .group_membership import GroupMembership, GroupStamp
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, OffsetRange, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
@@ -18,6 +19,7 @@ class SourcePlanner:
     def __init__(self, options: SourceOptions):
         self.options = options
         self.kafka = KafkaOffsetReader(options)
+        self._membership: GroupMembership | None = None
         self.settings = ReaderSettings(
             consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
             include_headers=options.include_headers,
@@ -34,12 +36,36 @@ class SourcePlanner:
     def plan(self, start: Offsets, end: Offsets) -> list[KafkaInputPartition]:
         earliest = self.kafka.earliest(list(end))
         ranges = plan_ranges(start, end, earliest, self.options.fail_on_data_loss)
-        log.info("planned %d range(s): %s", len(ranges), ", ".join(map(str, ranges)) or "none")
-        return input_partitions(ranges)
+        group = self.join_group()
+        log.info("planned %d range(s): %s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
+                 f" under {group.describe()}" if group else "")
+        return input_partitions(ranges, group)
+
+    def join_group(self) -> GroupStamp | None:
+        """Join (once) and return the current membership; None without kafka.group.id."""
+        if self.options.group_id is None:
+            return None
+        if self._membership is None:
+            self._membership = self._new_membership().start()
+        return self._membership.stamp()
+
+    def _new_membership(self) -> GroupMembership:
+        subscription = self.options.subscription
+        if subscription.kind == "subscribePattern":
+            return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
+                                   pattern=subscription.pattern.pattern)
+        topics = subscription.topics or sorted({topic for topic, _ in subscription.assigned})
+        return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
+                               topics=list(topics))
+
+    def close(self) -> None:
+        if self._membership is not None:
+            self._membership.stop()
+            self._membership = None
 
     def __getstate__(self):
-        # Executors only read: they need the settings, not the driver's Kafka clients.
-        return {"options": self.options, "settings": self.settings, "kafka": None}
+        # Executors only read: they need the settings, not the driver's Kafka clients or membership.
+        return {"options": self.options, "settings": self.settings, "kafka": None, "_membership": None}
 
 
 def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):

@@ -17,8 +17,9 @@ DISCOVERY_SCRIPT = textwrap.dedent(
     import json
     from pyspark_eos.local_spark import local_spark_session
     spark = local_spark_session("local[1]", app_name="eos-kafka discovery")
-    plain = spark.read.format("eos-kafka").load().schema
-    with_headers = spark.read.format("eos-kafka").option("includeHeaders", "true").load().schema
+    reader = spark.read.format("eos-kafka").option("kafka.bootstrap.servers", "127.0.0.1:1").option("subscribe", "t")
+    plain = reader.load().schema
+    with_headers = reader.option("includeHeaders", "true").load().schema
     print(json.dumps([plain.json(), with_headers.json()]))
     spark.stop()
     """

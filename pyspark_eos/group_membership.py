@@ -1,0 +1,168 @@
+"""Fencing layer 1: the driver-side reader is a static member of the pipeline's consumer group.
+
+Kafka checks the consumer-group metadata that a transactional producer sends with its offsets
+(KIP-447): a TxnOffsetCommit from a member id the group no longer knows, or an older generation,
+is rejected with UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / FENCED_INSTANCE_ID. Without real
+membership (generation -1, empty member id) the broker accepts any commit, so two instances of a
+pipeline could both commit the same input. The reader therefore joins the group as a *static*
+member whose ``group.instance.id`` is derived from the group alone: a restarted or duplicate
+instance of the pipeline takes over that instance id, and the old one's metadata stops being
+accepted. Its partitions are paused, so the membership never fetches records.
+
+Spark keeps the driver-side reader process alive between its calls and a background thread
+keeps running there, so the membership is kept alive from one.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError
+
+from .errors import EosKafkaError, FencedError
+
+log = logging.getLogger(__name__)
+
+_METADATA_MAGIC = b"CGMDv2:"
+JOIN_TIMEOUT_S = 60.0
+
+
+def instance_id_for(group_id: str) -> str:
+    return f"{group_id}.eos-kafka-driver"
+
+
+@dataclass(frozen=True)
+class GroupStamp:
+    """The group membership a plan was made under, carried by every InputPartition.
+
+    ``metadata`` is librdkafka's consumer-group metadata (bytes: it pickles, and works in another
+    process); the writer hands it to send_offsets_to_transaction.
+    """
+
+    metadata: bytes
+    group_id: str
+    generation: int
+    member_id: str
+    instance_id: str | None
+    assignment: frozenset[tuple[str, int]]
+
+    def describe(self) -> str:
+        return (f"group {self.group_id!r} generation {self.generation} member {self.member_id!r} "
+                f"(instance {self.instance_id!r})")
+
+
+def parse_group_metadata(metadata: bytes) -> tuple[int, str, str, str | None]:
+    """(generation, group id, member id, instance id) from librdkafka's serialized metadata.
+
+    Layout: ``CGMDv2:`` + native int32 generation + group NUL + member NUL + a byte that is 0
+    when an instance id follows + [instance NUL].
+    """
+    if not metadata.startswith(_METADATA_MAGIC):
+        raise EosKafkaError(f"unrecognised consumer group metadata {metadata[:16]!r}: is confluent-kafka 2.x installed?")
+    body = metadata[len(_METADATA_MAGIC):]
+    (generation,) = struct.unpack("=i", body[:4])
+    group, member, rest = body[4:].split(b"\0", 2)
+    instance = rest[1:].split(b"\0", 1)[0].decode() if rest[:1] == b"\0" else None
+    return generation, group.decode(), member.decode(), instance
+
+
+class GroupMembership:
+    """Joins ``group_id`` as a static member subscribed to the input topics, from a daemon thread."""
+
+    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group_id: str,
+                 topics: list[str] | None = None, pattern: str | None = None):
+        self.group_id = group_id
+        self.instance_id = instance_id_for(group_id)
+        self._config = {
+            **kafka_params,
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group_id,
+            "group.instance.id": self.instance_id,
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            # Fencing (FENCED_INSTANCE_ID on a heartbeat) is a client-level fatal error: librdkafka
+            # reports it through error_cb, not as a message from poll().
+            "error_cb": self._on_error,
+        }
+        self._subscription = [f"^{pattern}"] if pattern else list(topics or [])
+        self._state = threading.Condition()
+        self._stamp: GroupStamp | None = None
+        self._fenced: KafkaError | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "GroupMembership":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"eos-kafka-group-{self.group_id}", daemon=True)
+            self._thread.start()
+            log.info("joining consumer group %r as static member %r", self.group_id, self.instance_id)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def stamp(self, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
+        """The current membership, waiting for the join (or a rebalance) to finish."""
+        with self._state:
+            ready = self._state.wait_for(lambda: self._stamp is not None or self._fenced is not None, timeout)
+            if self._fenced is not None:
+                raise self._fenced_error()
+            if not ready:
+                raise EosKafkaError(
+                    f"could not join consumer group {self.group_id!r} in {timeout:.0f} s; check that the brokers "
+                    "are reachable and that the principal may READ the group"
+                )
+            return self._stamp
+
+    # ----------------------------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        consumer = Consumer(self._config)
+        consumer.subscribe(self._subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                           on_lost=self._on_revoke)
+        try:
+            while not self._stopping.is_set() and self._fenced is None:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is not None:
+                    self._on_error(message.error())
+        finally:
+            if self._fenced is None:
+                consumer.close()
+
+    def _on_assign(self, consumer: Consumer, partitions) -> None:
+        consumer.assign(partitions)
+        consumer.pause(partitions)
+        metadata = consumer.consumer_group_metadata()
+        generation, group, member, instance = parse_group_metadata(metadata)
+        assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
+        with self._state:
+            self._stamp = GroupStamp(metadata, group, generation, member, instance, assignment)
+            self._state.notify_all()
+        log.info("joined %s with %d partition(s)", self._stamp.describe(), len(assignment))
+
+    def _on_revoke(self, consumer: Consumer, partitions) -> None:
+        with self._state:
+            self._stamp = None
+        log.info("consumer group %r is rebalancing; waiting for the new assignment", self.group_id)
+
+    def _on_error(self, error: KafkaError) -> None:
+        # error_cb hands librdkafka's fatal errors over as code _FATAL (fatal() is False on that copy).
+        if error.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL) or error.fatal():
+            with self._state:
+                self._fenced = error
+                self._stamp = None
+                self._state.notify_all()
+            log.error("%s", self._fenced_error())
+        else:
+            log.warning("consumer group %r membership: %s", self.group_id, error)
+
+    def _fenced_error(self) -> FencedError:
+        return FencedError(
+            f"this query's membership of consumer group {self.group_id!r} (static member {self.instance_id!r}) "
+            f"was taken over by another instance of the same pipeline ({self._fenced.str()}). This instance "
+            "can no longer commit; stop the other instance or this one, then restart the one you keep"
+        )

@@ -1,0 +1,93 @@
+"""Fencing layer 1: the driver-side reader's static group membership, stamped into every plan."""
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from pyspark_eos.errors import FencedError
+from pyspark_eos.group_membership import instance_id_for, parse_group_metadata
+from pyspark_eos.micro_batch_stream import KafkaMicroBatchStream
+from pyspark_eos.options import SourceOptions
+
+from .kafka_tools import create_topic, transactional_producer, unique_name, wait_until, write_transactions
+
+
+def test_group_metadata_bytes_are_parsed():
+    metadata = b"CGMDv2:\x05\x00\x00\x00grp\x00grp.m-1\x00\x00grp.inst\x00"
+    assert parse_group_metadata(metadata) == (5, "grp", "grp.m-1", "grp.inst")
+    assert parse_group_metadata(b"CGMDv2:\xff\xff\xff\xffg\x00\x00\x01") == (-1, "g", "", None)
+
+
+@pytest.fixture
+def stream(kafka):
+    """Builds driver-side readers as Spark would, and stops their group membership afterwards."""
+    readers = []
+
+    def build(topic: str, group: str) -> KafkaMicroBatchStream:
+        options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
+                                       "kafka.group.id": group, "startingOffsets": "earliest"}, streaming=True)
+        readers.append(KafkaMicroBatchStream(options))
+        return readers[-1]
+
+    yield build
+    for reader in readers:
+        reader.stop()
+
+
+def plan_one_batch(reader: KafkaMicroBatchStream):
+    start = reader.initialOffset()
+    return reader.partitions(start, reader.latestOffset(start, None))
+
+
+def try_commit(producer, topic: str, metadata: bytes) -> KafkaError | None:
+    producer.begin_transaction()
+    producer.produce(topic, value=b"out", partition=0)
+    try:
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], metadata, 30)
+        producer.commit_transaction(30)
+        return None
+    except KafkaException as error:
+        producer.abort_transaction(30)
+        return error.args[0]
+
+
+def test_a_second_instance_of_the_pipeline_fences_the_first(kafka, stream):
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("fence"), partitions=2)
+    write_transactions(bootstrap, topic, [(True, [(0, b"a"), (1, b"b")])])
+    group = unique_name("pipeline")
+
+    first = plan_one_batch(stream(topic, group))
+    stamp_a = first[0].group
+    assert stamp_a.instance_id == instance_id_for(group) and stamp_a.generation >= 1
+    assert stamp_a.assignment == {(topic, 0), (topic, 1)}
+    assert all(partition.group == stamp_a for partition in first)
+
+    second_reader = stream(topic, group)
+    stamp_b = plan_one_batch(second_reader)[0].group
+    assert stamp_b.instance_id == stamp_a.instance_id and stamp_b.member_id != stamp_a.member_id
+
+    producer = transactional_producer(bootstrap)
+    refused = try_commit(producer, topic, stamp_a.metadata)
+    assert refused is not None and refused.code() == KafkaError.FENCED_INSTANCE_ID
+    assert refused.txn_requires_abort() and not refused.fatal()
+    assert try_commit(producer, topic, stamp_b.metadata) is None
+
+
+def test_the_fenced_reader_stops_planning_with_an_error_that_says_what_happened(kafka, stream):
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("fence2"))
+    group = unique_name("pipeline")
+    first_reader = stream(topic, group)
+    plan_one_batch(first_reader)
+    plan_one_batch(stream(topic, group))
+
+    def fenced():
+        try:
+            first_reader.latestOffset(first_reader.initialOffset(), None)
+        except FencedError as error:
+            return error
+        return None
+
+    error = wait_until(fenced, 60, "the first reader to learn it was fenced", interval=0.5)
+    assert group in str(error) and "another instance of the same pipeline" in str(error)
