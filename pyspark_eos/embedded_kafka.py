@@ -1,6 +1,6 @@
 """A real Apache Kafka broker (KRaft) on 127.0.0.1 for tests, the example pipeline and benchmarks.
 
-The broker is the released Kafka server from Maven Central (see ``broker_jars``), started with
+The broker is the released Kafka server from Maven Central (see ``maven_jars``), started with
 ``java -cp <jars> kafka.Kafka``. Every node is a combined broker and controller; one node uses a
 dynamic quorum formatted with ``--standalone``, several nodes a static voter set. Ports are
 chosen free at start, readiness is a real admin call, and each node's output goes to a
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .broker_jars import broker_classpath, ensure_broker_jars, kafka_version
+from .maven_jars import KAFKA_BROKER, kafka_version
 from .errors import EmbeddedKafkaError
 from .project_files import conf_dir
 
@@ -151,7 +151,7 @@ class EmbeddedKafkaCluster:
     # ----------------------------------------------------------------------------- life cycle
 
     def start(self, timeout: float = 120.0) -> "EmbeddedKafkaCluster":
-        classpath = broker_classpath()
+        classpath = KAFKA_BROKER.classpath()
         ports = free_ports(2 * self.node_count)
         self.nodes = [
             NodeSpec(i + 1, ports[2 * i], ports[2 * i + 1], str(self.directory / f"node-{i + 1}"))
@@ -203,7 +203,7 @@ class EmbeddedKafkaCluster:
         node = self.node(node_id)
         if self._alive(node):
             raise EmbeddedKafkaError(f"node {node_id} is running; kill or stop it before restarting it")
-        self._launch(broker_classpath(), node)
+        self._launch(KAFKA_BROKER.classpath(), node)
         self.wait_ready(timeout)
         self.save_state()
 
@@ -453,7 +453,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_jars(args: argparse.Namespace) -> int:
-    print(ensure_broker_jars())
+    print(KAFKA_BROKER.ensure())
     return 0
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
+from pathlib import Path
 from typing import Mapping
 
 from .project_files import conf_dir
@@ -50,6 +52,19 @@ def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: 
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def jars_not_in_spark(jars: list[Path]) -> list[Path]:
+    """Drop the jars Spark ships itself (scala-library, hadoop-client, ...): a second copy of an
+    artifact at another version on the classpath breaks Spark in ways that are hard to trace."""
+    import pyspark
+
+    shipped = {_artifact(jar.name) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [jar for jar in jars if _artifact(jar.name) not in shipped]
+
+
+def _artifact(jar_name: str) -> str:
+    return re.sub(r"-\d[^-]*(-[^-]*)?\.jar$", "", jar_name)
 
 
 def executor_ids(spark) -> set[str]:

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import pytest
 
 from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
-from pyspark_eos.local_spark import LOCAL, LOCAL_CLUSTER, local_spark_session, wait_for_executors
+from pyspark_eos.local_spark import LOCAL, LOCAL_CLUSTER, jars_not_in_spark, local_spark_session, wait_for_executors
+from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
 
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 
 # Test modules that need a kind of Spark session run together, so each kind is started once.
-_RUN_LAST = ("spark_local_cluster", "cluster3")
+_RUN_LAST = ("spark_kafka_connector", "spark_local_cluster", "cluster3")
 
 
 def pytest_collection_modifyitems(items):
@@ -55,20 +56,21 @@ class SparkSessions:
     """Holds at most one SparkSession: a Python process can run only one SparkContext."""
 
     def __init__(self):
-        self.master: str | None = None
+        self.key: tuple | None = None
         self.session = None
 
-    def get(self, master: str):
-        if self.master != master:
+    def get(self, master: str, **conf: str):
+        key = (master, tuple(sorted(conf.items())))
+        if self.key != key:
             self.stop()
-            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}")
-            self.master = master
+            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}", conf=conf)
+            self.key = key
         return self.session
 
     def stop(self) -> None:
         if self.session is not None:
             self.session.stop()
-        self.session, self.master = None, None
+        self.session, self.key = None, None
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +84,13 @@ def spark_sessions():
 def spark(spark_sessions):
     """Spark in local[2]: tasks in the driver JVM, Python workers on this interpreter."""
     return spark_sessions.get(LOCAL)
+
+
+@pytest.fixture
+def spark_with_kafka_connector(spark_sessions):
+    """local[2] with Spark's own Kafka connector (format "kafka"), see conf/spark-kafka-connector-pom.xml."""
+    jars = jars_not_in_spark(SPARK_KAFKA_CONNECTOR.jars())
+    return spark_sessions.get(LOCAL, **{"spark.jars": ",".join(str(jar) for jar in jars)})
 
 
 @pytest.fixture

@@ -1,0 +1,92 @@
+"""Jars assembled from Maven Central, once, for the development tools.
+
+A pom in ``conf/`` pins each set: the Apache Kafka broker that the tests and the example pipeline
+run against, and Spark's own Kafka connector that tests and benchmarks compare with.
+``mvn dependency:copy-dependencies`` copies a pom's runtime dependencies into
+``.cache/<name>/<version>-<pom digest>/``; a changed pom gets a new directory, so a version bump
+never mixes jars of two releases on one classpath.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EmbeddedKafkaError
+from .project_files import cache_dir, conf_dir
+
+log = logging.getLogger(__name__)
+
+_COMPLETE_MARKER = ".complete"
+
+
+@dataclass(frozen=True)
+class MavenJars:
+    name: str
+    pom_name: str
+    version_property: str
+
+    def pom_path(self) -> Path:
+        return conf_dir() / self.pom_name
+
+    def version(self) -> str:
+        pattern = rf"<{re.escape(self.version_property)}>([^<]+)</{re.escape(self.version_property)}>"
+        match = re.search(pattern, self.pom_path().read_text())
+        if not match:
+            raise EmbeddedKafkaError(f"{self.pom_path()} does not define <{self.version_property}>")
+        return match.group(1)
+
+    def directory(self) -> Path:
+        digest = hashlib.sha256(self.pom_path().read_bytes()).hexdigest()[:12]
+        return cache_dir() / self.name / f"{self.version()}-{digest}"
+
+    def ensure(self) -> Path:
+        """The directory holding the jars, downloading them first if they are not there."""
+        target = self.directory()
+        if (target / _COMPLETE_MARKER).exists():
+            return target
+        if target.exists():
+            shutil.rmtree(target)  # an earlier download was interrupted
+        log.info("downloading %s %s jars with Maven into %s (once)", self.name, self.version(), target)
+        started = time.monotonic()
+        _copy_dependencies(self.pom_path(), target)
+        (target / _COMPLETE_MARKER).write_text(self.version())
+        log.info("%s jars ready: %d jars in %.0f s", self.name, len(self.jars()), time.monotonic() - started)
+        return target
+
+    def jars(self) -> list[Path]:
+        return sorted(self.ensure().glob("*.jar"))
+
+    def classpath(self) -> str:
+        return ":".join(str(jar) for jar in self.jars())
+
+
+def _copy_dependencies(pom: Path, target: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise EmbeddedKafkaError(
+            "Maven (mvn) is not on PATH: it is needed once to download jars from Maven Central; "
+            "install Maven 3.8+ (Debian: apt-get install maven) and try again"
+        )
+    command = [mvn, "--batch-mode", "--no-transfer-progress", "-f", str(pom), "dependency:copy-dependencies",
+               "-DincludeScope=runtime", f"-DoutputDirectory={target}"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-25:])
+        raise EmbeddedKafkaError(
+            f"Maven could not download the jars of {pom.name} (exit {result.returncode}); check that Maven "
+            f"Central is reachable. Last lines of its output:\n{tail}"
+        )
+
+
+KAFKA_BROKER = MavenJars("kafka-jars", "kafka-broker-pom.xml", "kafka.version")
+SPARK_KAFKA_CONNECTOR = MavenJars("spark-kafka-connector-jars", "spark-kafka-connector-pom.xml", "spark.kafka.version")
+
+
+def kafka_version() -> str:
+    return KAFKA_BROKER.version()
