@@ -150,3 +150,34 @@ def test_a_subscribed_topic_that_does_not_exist_is_named(spark, kafka):
              .option("subscribe", "no-such-topic").load())
     with pytest.raises(Exception, match="subscribed topic\\(s\\) no-such-topic do not exist"):
         frame.collect()
+
+
+def test_starting_by_timestamp_uses_the_first_offset_at_or_after_it(spark, kafka):
+    from .kafka_tools import transactional_producer
+
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("by-time"), partitions=2)
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        for index, timestamp in enumerate((1_000, 2_000, 3_000, 4_000)):
+            producer.produce(topic, value=b"p%d-%d" % (partition, index), partition=partition, timestamp=timestamp)
+    producer.commit_transaction(30)
+
+    def values(**options):
+        reader = spark.read.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return sorted(bytes(row["value"]) for row in reader.load().collect())
+
+    assert values(startingTimestamp="2500") == [b"p0-2", b"p0-3", b"p1-2", b"p1-3"]
+    per_partition = json.dumps({topic: {"0": 1500, "1": 9_999}})
+    assert values(startingOffsetsByTimestamp=per_partition) == [b"p0-1", b"p0-2", b"p0-3"]
+
+
+def test_kafka_options_reach_the_kafka_clients(spark, kafka, mixed_topic):
+    # A bad client setting fails at the first read, naming the setting: it was passed through.
+    frame = (spark.read.format("eos-kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+             .option("subscribe", mixed_topic).option("kafka.fetch.wait.max.ms", "not-a-number").load())
+    with pytest.raises(Exception, match="fetch.wait.max.ms"):
+        frame.collect()
