@@ -19,7 +19,7 @@ from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 
 # Test modules that need a kind of Spark session run together, so each kind is started once.
-_RUN_LAST = ("spark_kafka_connector", "spark_local_cluster", "cluster3")
+_RUN_LAST = ("spark_local_cluster", "cluster3")
 
 
 def pytest_collection_modifyitems(items):
@@ -52,19 +52,26 @@ def kafka_cluster3(tmp_path_factory) -> EmbeddedKafkaCluster:
         yield cluster
 
 
+def _with_kafka_connector() -> dict[str, str]:
+    """Spark's own Kafka connector (format "kafka", see conf/spark-kafka-connector-pom.xml) for
+    independent checks. The driver's classpath is fixed when its JVM starts, which happens once
+    per test process, so every session gets it."""
+    jars = jars_not_in_spark(SPARK_KAFKA_CONNECTOR.jars())
+    return {"spark.jars": ",".join(str(jar) for jar in jars)}
+
+
 class SparkSessions:
     """Holds at most one SparkSession: a Python process can run only one SparkContext."""
 
     def __init__(self):
-        self.key: tuple | None = None
+        self.key: str | None = None
         self.session = None
 
-    def get(self, master: str, **conf: str):
-        key = (master, tuple(sorted(conf.items())))
-        if self.key != key:
+    def get(self, master: str):
+        if self.key != master:
             self.stop()
-            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}", conf=conf)
-            self.key = key
+            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}", conf=_with_kafka_connector())
+            self.key = master
         return self.session
 
     def stop(self) -> None:
@@ -84,13 +91,6 @@ def spark_sessions():
 def spark(spark_sessions):
     """Spark in local[2]: tasks in the driver JVM, Python workers on this interpreter."""
     return spark_sessions.get(LOCAL)
-
-
-@pytest.fixture
-def spark_with_kafka_connector(spark_sessions):
-    """local[2] with Spark's own Kafka connector (format "kafka"), see conf/spark-kafka-connector-pom.xml."""
-    jars = jars_not_in_spark(SPARK_KAFKA_CONNECTOR.jars())
-    return spark_sessions.get(LOCAL, **{"spark.jars": ",".join(str(jar) for jar in jars)})
 
 
 @pytest.fixture

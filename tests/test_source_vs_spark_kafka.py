@@ -1,16 +1,12 @@
 """The eos-kafka source reads what Spark's own Kafka source reads with read_committed."""
 from __future__ import annotations
 
-import pytest
 from chispa import assert_df_equality
 
 from .kafka_tools import create_topic, mixed_transactions, unique_name, write_transactions
 
-pytestmark = pytest.mark.spark_kafka_connector
 
-
-def test_same_rows_as_sparks_kafka_source_including_timestamps_and_headers(spark_with_kafka_connector, kafka):
-    spark = spark_with_kafka_connector
+def test_same_rows_as_sparks_kafka_source_including_timestamps_and_headers(spark, kafka):
     topic = create_topic(kafka.bootstrap_servers, unique_name("versus"), partitions=4)
     write_transactions(kafka.bootstrap_servers, topic, mixed_transactions(partitions=4, rounds=6, per_partition=3),
                        headers=[("h", b"1")])
