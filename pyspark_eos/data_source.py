@@ -1,4 +1,4 @@
-"""The ``eos-kafka`` data source as Spark sees it: its name, its schema, its readers.
+"""The ``eos-kafka`` data source as Spark sees it: its name, its schema, its readers and writers.
 
 Spark (4.0+) finds it without a ``spark.dataSource.register`` call because the top-level package
 is named ``pyspark_*`` and exposes ``DefaultSource``.
@@ -10,7 +10,8 @@ from pyspark.sql.types import StructType
 
 from .errors import ConfigurationError
 from .kafka_schema import kafka_schema
-from .options import SourceOptions, parse_bool
+from .options import SinkOptions, SourceOptions, parse_bool
+from .sink_records import check_sink_schema
 
 FORMAT_NAME = "eos-kafka"
 
@@ -39,6 +40,23 @@ class EosKafkaDataSource(DataSource):
         options = SourceOptions.parse(self.options, streaming=True)
         _check_schema(schema, options.include_headers)
         return KafkaMicroBatchStream(options)
+
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from .writer import EosKafkaBatchWriter
+
+        return EosKafkaBatchWriter(_sink_options(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from .writer import EosKafkaStreamWriter
+
+        return EosKafkaStreamWriter(_sink_options(self.options, schema))
+
+
+def _sink_options(options, schema: StructType) -> SinkOptions:
+    parsed = SinkOptions.parse(options)
+    check_sink_schema(schema, parsed.topic)
+    return parsed
 
 
 def _check_schema(schema: StructType, include_headers: bool) -> None:

@@ -32,3 +32,19 @@ class KafkaClientError(EosKafkaError):
 
 class FencedError(EosKafkaError):
     """Another instance of the same pipeline took over; this one must not commit any more."""
+
+
+class ProvenanceError(EosKafkaError):
+    """The sink cannot tell which input its task consumed (a shuffle between source and sink)."""
+
+
+class OffsetMismatchError(EosKafkaError):
+    """The group's committed offsets do not line up with the task's input: a gap or an overlap."""
+
+
+class UnassignedPartitionError(EosKafkaError):
+    """A task would commit an offset for a partition its plan's group membership does not own."""
+
+
+class TransactionFailedError(EosKafkaError):
+    """A task's Kafka transaction failed and was aborted; none of its records are visible."""

@@ -44,12 +44,17 @@ class Backoff:
             delay = min(delay * self.factor, self.maximum_s)
 
 
-def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
-                         request_timeout: float = 30.0) -> tuple[dict[TopicPartitionKey, int | None], list[TopicPartitionKey]]:
-    """One stable OffsetFetch: (committed offsets, partitions held by an open transaction).
+@dataclass(frozen=True)
+class Committed:
+    """A committed offset (None: the group never committed the partition) and its metadata string."""
 
-    A partition the group never committed maps to None.
-    """
+    offset: int | None
+    metadata: str
+
+
+def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
+                         request_timeout: float = 30.0) -> tuple[dict[TopicPartitionKey, Committed], list[TopicPartitionKey]]:
+    """One stable OffsetFetch: (what is committed, partitions held by an open transaction)."""
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])]
     try:
         result = admin.list_consumer_group_offsets(request, require_stable=True,
@@ -59,7 +64,7 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
             f"fetching the committed offsets of consumer group {group!r} failed: {error.args[0]}; "
             "check that the brokers are reachable and that the principal may DESCRIBE the group"
         ) from error
-    offsets: dict[TopicPartitionKey, int | None] = {}
+    offsets: dict[TopicPartitionKey, Committed] = {}
     unstable: list[TopicPartitionKey] = []
     for tp in result.topic_partitions:
         key = (tp.topic, tp.partition)
@@ -68,11 +73,18 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
         elif tp.error is not None:
             raise KafkaClientError(f"fetching the committed offset of {key} for group {group!r} failed: {tp.error}")
         else:
-            offsets[key] = tp.offset if tp.offset >= 0 else NO_COMMITTED_OFFSET
+            offset = tp.offset if tp.offset >= 0 else NO_COMMITTED_OFFSET
+            offsets[key] = Committed(offset, tp.metadata or "")
     return offsets, unstable
 
 
-def fetch_stable_committed_offsets(
+def fetch_stable_committed_offsets(admin, group: str, partitions: list[TopicPartitionKey],
+                                   timeout_ms: int) -> dict[TopicPartitionKey, int | None]:
+    commits = fetch_stable_commits(admin, group, partitions, timeout_ms)
+    return {key: committed.offset for key, committed in commits.items()}
+
+
+def fetch_stable_commits(
     admin,
     group: str,
     partitions: list[TopicPartitionKey],
@@ -81,8 +93,8 @@ def fetch_stable_committed_offsets(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     rng: random.Random | None = None,
-) -> dict[TopicPartitionKey, int | None]:
-    """The group's committed offsets once no open transaction holds any of them.
+) -> dict[TopicPartitionKey, Committed]:
+    """What the group has committed, once no open transaction holds any of the partitions.
 
     Waits with exponential, jittered back-off for at most ``timeout_ms`` (the writers'
     transaction timeout plus a margin by default: the broker aborts a transaction left open by a

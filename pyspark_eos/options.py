@@ -290,3 +290,64 @@ def _check_group_id(group_id: str | None) -> None:
     # librdkafka's consumer group metadata encodes the group id as a NUL-terminated C string.
     if group_id is not None and not all(32 <= ord(c) < 127 for c in group_id):
         raise ConfigurationError(f"option kafka.group.id={group_id!r} must be printable ASCII")
+
+
+# ------------------------------------------------------------------------------- the sink
+
+SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
+                "checkpointLocation", "path")
+
+# Kafka client settings the sink sets itself, with why.
+_FORBIDDEN_SINK_KAFKA_PARAMS = {
+    "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the executor and the slot",
+    "enable.idempotence": "transactions need the idempotent producer; it is always on",
+    "acks": "transactions need acks=all; it is always set",
+}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap_servers: str
+    topic: str | None
+    include_headers: bool
+    transactional_id_prefix: str
+    group_id: str | None
+    transaction_timeout_ms: int
+    stable_offsets_timeout_ms: int
+    kafka: dict[str, str]
+
+    @property
+    def exactly_once(self) -> bool:
+        """With kafka.group.id the sink commits the input offsets of each task in its transaction."""
+        return self.group_id is not None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+        options = {str(key).lower(): value for key, value in options.items()}
+        check_known(options, SINK_OPTIONS, "sink")
+        params = kafka_params(options)
+        for key, reason in _FORBIDDEN_SINK_KAFKA_PARAMS.items():
+            if key in params:
+                raise ConfigurationError(f"option kafka.{key} is not supported by the eos-kafka sink: {reason}")
+        bootstrap = params.pop("bootstrap.servers", "").strip()
+        if not bootstrap:
+            raise ConfigurationError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
+        group_id = params.pop("group.id", None)
+        _check_group_id(group_id)
+        timeout = parse_positive_int(params, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        params.pop("transaction.timeout.ms", None)
+        prefix = str(options.get("transactionalidprefix", "eos-kafka")).strip()
+        if not prefix:
+            raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
+        topic = options.get("topic")
+        return cls(
+            bootstrap_servers=bootstrap,
+            topic=str(topic).strip() if topic is not None else None,
+            include_headers=parse_bool(options, "includeHeaders", False),
+            transactional_id_prefix=prefix,
+            group_id=group_id,
+            transaction_timeout_ms=timeout,
+            stable_offsets_timeout_ms=parse_positive_int(options, "stableOffsetsTimeoutMs",
+                                                         timeout + STABLE_OFFSETS_MARGIN_MS),
+            kafka=params,
+        )

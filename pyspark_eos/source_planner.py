@@ -8,6 +8,7 @@ from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, OffsetRange, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
+from .provenance import Provenance, record_read
 from .partition_reader import ReaderSettings, consumer_config, read_range
 
 log = logging.getLogger(__name__)
@@ -69,5 +70,11 @@ class SourcePlanner:
 
 
 def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
+    """Executor side of a task: hand the ranges over to this task's eos-kafka writer, then read."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and partition.group is not None:
+        record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group))
     for offset_range in partition.ranges:
         yield from read_range(offset_range, settings)

@@ -1,0 +1,127 @@
+"""Deciding the input offsets a task commits in its transaction, and whether it may commit at all.
+
+A task commits the end offset of every input range it read, with the group membership its plan
+was stamped with. Before that, two checks run against what the group has committed (read
+stably, so an open transaction of a dead predecessor is waited out):
+
+- **ownership (G4)**: every partition must be in the plan's assignment for the stamped group,
+  and no committed offset may carry a newer generation than the plan's. A client-side form of
+  the draft UNASSIGNED_PARTITION rule (assignmentEpoch(p) <= clientEpoch <= currentEpoch).
+- **idempotent replay**: committed == planned end everywhere -> this task's batch was already
+  committed (Spark replays a batch after a crash between the Kafka commit and its own commit
+  log): write nothing and succeed. committed == planned start everywhere -> commit. Anything
+  else is a gap or an overlap: fail, writing nothing.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+
+from .errors import ConfigurationError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
+from .group_membership import GroupStamp
+from .group_offsets import Committed
+from .offset_planning import OffsetRange
+from .provenance import Provenance
+
+TopicPartitionKey = tuple[str, int]
+_NEVER = Committed(None, "")
+
+
+class Decision(Enum):
+    COMMIT = "commit"
+    ALREADY_COMMITTED = "already committed"
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    group: GroupStamp
+    ranges: tuple[OffsetRange, ...]
+
+    @property
+    def partitions(self) -> list[TopicPartitionKey]:
+        return [r.key for r in self.ranges]
+
+    def describe(self) -> str:
+        return ", ".join(map(str, self.ranges))
+
+
+def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
+    """The ranges this task read and the one membership they were planned under."""
+    if not provenance:
+        raise ProvenanceError(
+            "this task writes records but read no input from an eos-kafka source: a shuffle (repartition, "
+            "join, groupBy, distinct, orderBy, ...) sits between the source and the sink, so the records "
+            "cannot be tied to the input offsets they came from. Exactly-once needs narrow transformations "
+            "only (select, filter, withColumn, coalesce, union); remove the shuffle, or drop kafka.group.id "
+            "from the sink to write without committing input offsets"
+        )
+    stamps = {p.group for p in provenance}
+    if len(stamps) != 1:
+        raise ConfigurationError(
+            "this task read input planned under different consumer-group memberships "
+            f"({', '.join(sorted(s.describe() for s in stamps))}); a pipeline reads and commits through one group"
+        )
+    group = stamps.pop()
+    if group.group_id != sink_group:
+        raise ConfigurationError(
+            f"the source reads with kafka.group.id={group.group_id!r} but the sink commits to "
+            f"kafka.group.id={sink_group!r}; give both the same group"
+        )
+    ranges = tuple(sorted((r for p in provenance for r in p.ranges), key=lambda r: r.key))
+    repeated = {r.key for r in ranges if sum(1 for other in ranges if other.key == r.key) > 1}
+    if repeated:
+        raise ConfigurationError(
+            f"one task read partitions {sorted(repeated)} more than once (the same source in a union twice?); "
+            "each input partition can be committed once per batch"
+        )
+    return CommitPlan(group, ranges)
+
+
+def partition_metadata(generation: int, batch_id: str | None, query_id: str | None) -> str:
+    """The metadata stored with each committed offset: who committed it, for which batch."""
+    return json.dumps({"generation": generation, "batch": batch_id, "query": query_id}, separators=(",", ":"))
+
+
+def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> None:
+    unowned = [r for r in plan.ranges if r.key not in plan.group.assignment]
+    if unowned:
+        raise UnassignedPartitionError(
+            f"refusing to commit offsets for {', '.join(map(str, unowned))}: they are not assigned to "
+            f"{plan.group.describe()}, which owns {sorted(plan.group.assignment)} (UNASSIGNED_PARTITION). "
+            "Another member of the group owns them; is a second pipeline, or another consumer, using this group?"
+        )
+    newer = [key for key, c in committed.items() if _stored_generation(c.metadata) > plan.group.generation]
+    if newer:
+        raise UnassignedPartitionError(
+            f"refusing to commit offsets for {sorted(newer)}: the group's committed offsets there carry a newer "
+            f"generation than this plan's ({plan.group.describe()}); a newer instance of the pipeline owns them"
+        )
+
+
+def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> Decision:
+    offsets = {r.key: committed.get(r.key, _NEVER).offset for r in plan.ranges}
+    if all(offsets[r.key] == r.end for r in plan.ranges):
+        return Decision.ALREADY_COMMITTED
+    if all(_at_start(r, offsets[r.key]) for r in plan.ranges):
+        return Decision.COMMIT
+    found = ", ".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in offsets.items())
+    raise OffsetMismatchError(
+        f"the group {plan.group.group_id!r} has committed {found} but this task read {plan.describe()}: "
+        "committing would leave a gap or process records twice. The checkpoint and the group's offsets "
+        "disagree: was the checkpoint deleted or copied, or the group's offsets reset while the query was "
+        "stopped? Restart with an empty checkpoint and startingOffsets=group to resume from the group's offsets"
+    )
+
+
+def _at_start(offset_range: OffsetRange, committed_offset: int | None) -> bool:
+    # A partition the group never committed can start anywhere its first plan says (earliest,
+    # latest, timestamp): only its first commit lacks a committed offset to compare with.
+    return committed_offset is None or committed_offset == offset_range.start
+
+
+def _stored_generation(metadata: str) -> int:
+    try:
+        return int(json.loads(metadata).get("generation", -1))
+    except (ValueError, AttributeError, TypeError):
+        return -1  # committed by something else (a plain consumer): carries no generation

@@ -1,0 +1,82 @@
+"""One transactional producer (and AdminClient) per Python worker process, reused across tasks
+and micro-batches.
+
+librdkafka does not survive fork(), so a producer is created lazily inside the worker that uses
+it (never at import time, never in ``__main__``) and cached here by pid. A producer that hit a
+fatal error (fenced, or its transaction timed out by the broker) is dropped and rebuilt with
+the same transactional id: its ``init_transactions`` bumps the epoch and takes over.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from .errors import KafkaClientError
+from .options import SinkOptions
+from .transactional_id_factory import worker_transactional_id
+
+log = logging.getLogger(__name__)
+
+INIT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class WorkerProducer:
+    transactional_id: str
+    producer: Producer
+    pid: int
+
+
+_producers: dict[tuple, WorkerProducer] = {}
+
+
+def _key(options: SinkOptions) -> tuple:
+    return (os.getpid(), options.bootstrap_servers, options.transactional_id_prefix, options.group_id,
+            options.transaction_timeout_ms, tuple(sorted(options.kafka.items())))
+
+
+def producer_for(options: SinkOptions) -> WorkerProducer:
+    key = _key(options)
+    cached = _producers.get(key)
+    if cached is not None:
+        return cached
+    transactional_id = worker_transactional_id(options.transactional_id_prefix, options.group_id)
+    producer = Producer({
+        **options.kafka,
+        "bootstrap.servers": options.bootstrap_servers,
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": options.transaction_timeout_ms,
+    })
+    try:
+        # Aborts what a dead predecessor with this id left open, and fences it.
+        producer.init_transactions(INIT_TIMEOUT_S)
+    except KafkaException as error:
+        raise KafkaClientError(
+            f"initializing transactions for transactional id {transactional_id!r} failed: {error.args[0]}; "
+            "check that the brokers are reachable and the principal may WRITE that transactional id"
+        ) from error
+    _producers[key] = WorkerProducer(transactional_id, producer, os.getpid())
+    log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
+    return _producers[key]
+
+
+_admins: dict[tuple, AdminClient] = {}
+
+
+def admin_for(options: SinkOptions) -> AdminClient:
+    """This worker's AdminClient for the sink's stable reads of the group's offsets."""
+    key = _key(options)
+    if key not in _admins:
+        _admins[key] = AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers})
+    return _admins[key]
+
+
+def discard(options: SinkOptions) -> None:
+    """Forget this worker's producer after a fatal error; the next task builds a new one."""
+    dropped = _producers.pop(_key(options), None)
+    if dropped is not None:
+        log.warning("dropping transactional producer %s after a fatal error", dropped.transactional_id)

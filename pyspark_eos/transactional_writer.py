@@ -1,0 +1,168 @@
+"""Executor side of the sink: one Kafka transaction per Spark task.
+
+begin -> produce the task's records -> (exactly-once) collect the task's input ranges, read what
+the group has committed, check ownership, decide commit or replay -> send the ranges' end offsets
+with the plan's group metadata -> commit. Any failure aborts the transaction, so none of the
+task's records become visible, and the error names the batch, task, partitions and
+transactional id.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import WriterCommitMessage
+
+from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
+from .errors import EosKafkaError, TransactionFailedError
+from .group_offsets import fetch_stable_commits
+from .options import SinkOptions
+from .producer_pool import WorkerProducer, admin_for, discard, producer_for
+from .provenance import collect, release
+from .sink_records import KafkaRecord
+
+log = logging.getLogger(__name__)
+
+COMMIT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    task_attempt_id: int
+    partition_id: int
+    batch_id: str | None
+    query_id: str | None
+
+    @classmethod
+    def current(cls) -> "TaskInfo":
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            return cls(-1, -1, None, None)
+        return cls(context.taskAttemptId(), context.partitionId(),
+                   context.getLocalProperty("streaming.sql.batchId"),
+                   context.getLocalProperty("sql.streaming.queryId"))
+
+    def describe(self) -> str:
+        batch = f"batch {self.batch_id}, " if self.batch_id is not None else ""
+        return f"{batch}task {self.partition_id} (attempt {self.task_attempt_id})"
+
+
+@dataclass
+class EosKafkaCommitMessage(WriterCommitMessage):
+    """What one task did, for the driver's log."""
+
+    task: str
+    transactional_id: str
+    records: int
+    outcome: str
+    input_ranges: str
+
+
+class _DeliveryErrors:
+    """Keeps the first failed delivery: it explains an abortable commit failure better than the
+    commit's own error (e.g. a record too large for the topic)."""
+
+    def __init__(self):
+        self.first: str | None = None
+
+    def __call__(self, error, message) -> None:
+        if error is not None and self.first is None:
+            size = len(message.value() or b"") + len(message.key() or b"")
+            self.first = f"a record of {size} bytes to {message.topic()}-{message.partition()} was refused: {error.str()}"
+
+
+def write_task(records: Iterable[KafkaRecord], options: SinkOptions) -> EosKafkaCommitMessage:
+    task = TaskInfo.current()
+    worker = producer_for(options)
+    delivery = _DeliveryErrors()
+    files = []
+    try:
+        worker.producer.begin_transaction()
+        count = _produce(worker, records, delivery)
+        plan, files = _input_plan(task, options, count) if options.exactly_once else (None, [])
+        outcome = _commit(worker, options, task, plan, count, delivery)
+    except Exception as error:
+        _abort(worker, options, error)
+        raise _explain(error, task, worker, delivery) from error
+    finally:
+        release(files)  # a retried task is a new attempt: it hands its own ranges over
+    message = EosKafkaCommitMessage(task.describe(), worker.transactional_id, count, outcome,
+                                    plan.describe() if plan else "")
+    log.info("%s: %s %d record(s) with %s%s", message.task, outcome, count, worker.transactional_id,
+             f", input {message.input_ranges}" if plan else "")
+    return message
+
+
+def _produce(worker: WorkerProducer, records: Iterable[KafkaRecord], delivery: _DeliveryErrors) -> int:
+    producer = worker.producer
+    count = 0
+    for record in records:
+        kwargs = {"value": record.value, "key": record.key, "on_delivery": delivery}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = record.headers
+        while True:
+            try:
+                producer.produce(record.topic, **kwargs)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+        count += 1
+    return count
+
+
+def _input_plan(task: TaskInfo, options: SinkOptions, count: int) -> tuple[CommitPlan | None, list]:
+    # Called once the input is exhausted: every read() of this task has recorded its ranges.
+    provenance, files = collect(task.task_attempt_id)
+    if not provenance and count == 0:
+        return None, files  # an empty task (no input partition): nothing to commit
+    return commit_plan(provenance, options.group_id), files
+
+
+def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
+            count: int, delivery: _DeliveryErrors) -> str:
+    producer = worker.producer
+    if plan is not None:
+        committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
+                                         options.stable_offsets_timeout_ms)
+        check_ownership(plan, committed)
+        if decide(plan, committed) is Decision.ALREADY_COMMITTED:
+            # Spark replays a batch whose Kafka commit happened before its own commit log entry.
+            producer.abort_transaction(COMMIT_TIMEOUT_S)
+            return "skipped (already committed)"
+        metadata = partition_metadata(plan.group.generation, task.batch_id, task.query_id)
+        offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in plan.ranges]
+        producer.send_offsets_to_transaction(offsets, plan.group.metadata, COMMIT_TIMEOUT_S)
+    elif count == 0:
+        producer.abort_transaction(COMMIT_TIMEOUT_S)
+        return "nothing to write"
+    producer.commit_transaction(COMMIT_TIMEOUT_S)
+    return "committed"
+
+
+def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> None:
+    kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
+    if isinstance(kafka_error, KafkaError) and kafka_error.fatal():
+        discard(options)  # fenced or timed out by the broker: this producer can do nothing more
+        return
+    try:
+        worker.producer.abort_transaction(COMMIT_TIMEOUT_S)
+    except KafkaException as abort_error:
+        log.warning("aborting the transaction of %s failed (%s); rebuilding the producer",
+                    worker.transactional_id, abort_error)
+        discard(options)
+
+
+def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors) -> Exception:
+    where = f"{task.describe()}, transactional id {worker.transactional_id!r}"
+    cause = delivery.first or (error.args[0].str() if isinstance(error, KafkaException) else str(error))
+    text = f"{where}: {cause}. The transaction was aborted: none of this task's records are visible"
+    if isinstance(error, EosKafkaError):
+        return type(error)(text)
+    return TransactionFailedError(text)
