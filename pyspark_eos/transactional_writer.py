@@ -70,6 +70,9 @@ class _DeliveryErrors:
         self.first: str | None = None
 
     def __call__(self, error, message) -> None:
+        # Records purged by our own abort are not a cause, they are its consequence.
+        if error is not None and error.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+            return
         if error is not None and self.first is None:
             size = len(message.value() or b"") + len(message.key() or b"")
             self.first = f"a record of {size} bytes to {message.topic()}-{message.partition()} was refused: {error.str()}"
@@ -161,7 +164,10 @@ def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> No
 
 def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors) -> Exception:
     where = f"{task.describe()}, transactional id {worker.transactional_id!r}"
-    cause = delivery.first or (error.args[0].str() if isinstance(error, KafkaException) else str(error))
+    if isinstance(error, KafkaException):
+        cause = delivery.first or error.args[0].str()
+    else:
+        cause = str(error)
     text = f"{where}: {cause}. The transaction was aborted: none of this task's records are visible"
     if isinstance(error, EosKafkaError):
         return type(error)(text)

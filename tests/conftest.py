@@ -81,7 +81,8 @@ class SparkSessions:
 
 
 @pytest.fixture(scope="session")
-def spark_sessions():
+def spark_sessions(kafka):
+    # Depends on kafka so that Spark, whose Python workers hold Kafka clients, stops first.
     sessions = SparkSessions()
     yield sessions
     sessions.stop()

@@ -140,3 +140,13 @@ def mixed_transactions(partitions: int, rounds: int, per_partition: int = 2) -> 
         (index % 3 != 1, [(p, b"r%d-p%d-%d" % (index, p, i)) for p in range(partitions) for i in range(per_partition)])
         for index in range(rounds)
     ]
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (stable), read with a plain AdminClient; -1001 if none."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    result = admin.list_consumer_group_offsets(request, require_stable=True)[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}

@@ -37,3 +37,24 @@ def run_available_now(frame, checkpoint: str, recorder: BatchRecorder, timeout: 
         query.stop()
         raise AssertionError(f"the query did not finish in {timeout:.0f} s")
     return query
+
+
+def eos_pipeline(spark, bootstrap: str, source_topic: str, sink_topic: str, group: str, transform=None,
+                 sink_options: dict | None = None, **source_options):
+    """eos-kafka -> transform -> eos-kafka, as a not yet started DataStreamWriter."""
+    frame = source(spark, bootstrap, source_topic, **{"kafka.group.id": group, **source_options})
+    frame = transform(frame) if transform else frame.select("key", "value")
+    writer = (frame.writeStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", sink_topic).option("kafka.group.id", group))
+    for key, value in (sink_options or {}).items():
+        writer = writer.option(key, str(value))
+    return writer
+
+
+def run_to_end(writer, checkpoint: str, timeout: float = 300.0):
+    """Start with Trigger.AvailableNow and wait; a failed query raises StreamingQueryException."""
+    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    if not query.awaitTermination(timeout):
+        query.stop()
+        raise AssertionError(f"the query did not finish in {timeout:.0f} s")
+    return query

@@ -1,0 +1,144 @@
+"""eos-kafka -> narrow transformations -> eos-kafka, checked by independent Kafka clients:
+every expected record exactly once in the output, and the group's offsets at the input's end."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+
+from .kafka_tools import (
+    committed_offsets,
+    create_topic,
+    last_stable_offsets,
+    mixed_transactions,
+    read_committed,
+    unique_name,
+    write_transactions,
+)
+from .spark_tools import eos_pipeline, run_to_end
+
+PARTITIONS = 3
+
+
+class Pipeline:
+    """Input topic (committed and aborted transactions), output topic, group, checkpoint."""
+
+    def __init__(self, kafka, tmp_path: Path, rounds: int = 7):
+        self.bootstrap = kafka.bootstrap_servers
+        self.input = create_topic(self.bootstrap, unique_name("in"), partitions=PARTITIONS)
+        self.output = create_topic(self.bootstrap, unique_name("out"), partitions=2)
+        self.group = unique_name("pipeline")
+        self.checkpoint = str(tmp_path / "checkpoint")
+        self.add_input(0, rounds)
+
+    def add_input(self, first_round: int, rounds: int) -> None:
+        transactions = mixed_transactions(PARTITIONS, first_round + rounds)[first_round:]
+        write_transactions(self.bootstrap, self.input, transactions)
+
+    def run(self, spark, transform=None, checkpoint: str | None = None, **options):
+        options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 9, **options}
+        writer = eos_pipeline(spark, self.bootstrap, self.input, self.output, self.group, transform, **options)
+        return run_to_end(writer, checkpoint or self.checkpoint)
+
+    def output_values(self) -> list[bytes]:
+        return [r.value for r in read_committed(self.bootstrap, self.output, partitions=2)]
+
+    def input_values(self) -> list[bytes]:
+        return [r.value for r in read_committed(self.bootstrap, self.input, partitions=PARTITIONS)]
+
+    def assert_offsets_at_input_end(self) -> None:
+        assert committed_offsets(self.bootstrap, self.group, self.input, PARTITIONS) == \
+            last_stable_offsets(self.bootstrap, self.input, PARTITIONS)
+
+
+@pytest.fixture
+def pipeline(kafka, tmp_path):
+    return Pipeline(kafka, tmp_path)
+
+
+def upper_without_rounds_2_and_3(frame):
+    kept = frame.filter(~F.col("value").cast("string").rlike("^r[23]-"))
+    return kept.select("key", F.upper(F.col("value").cast("string")).alias("value"))
+
+
+def test_clean_run_over_several_batches_with_batches_filtered_empty(spark, pipeline):
+    query = pipeline.run(spark, upper_without_rounds_2_and_3)
+    # 9 offsets per batch = one round (2 records + a marker on each of 3 partitions) per batch.
+    batches = [p for p in query.recentProgress if p["numInputRows"] or p["sources"][0]["endOffset"]]
+    assert len(batches) >= 7
+    expected = sorted(v.upper() for v in pipeline.input_values() if not v.startswith((b"r2-", b"r3-")))
+    assert sorted(pipeline.output_values()) == expected
+    assert len(expected) == len(set(expected)) == 3 * PARTITIONS * 2  # rounds 0, 5, 6 of 7 (1, 4 aborted)
+    pipeline.assert_offsets_at_input_end()
+
+
+def test_offsets_are_committed_with_generation_batch_and_query(spark, pipeline, kafka):
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    query = pipeline.run(spark)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    request = [ConsumerGroupTopicPartitions(pipeline.group, [TopicPartition(pipeline.input, 0)])]
+    stored = admin.list_consumer_group_offsets(request)[pipeline.group].result(30).topic_partitions[0]
+    metadata = json.loads(stored.metadata)
+    assert metadata["query"] == query.id and metadata["generation"] >= 1
+    assert int(metadata["batch"]) == max(p["batchId"] for p in query.recentProgress if p["numInputRows"])
+
+
+def test_a_batch_replayed_after_its_kafka_commit_is_skipped(spark, pipeline):
+    """The driver died after the Kafka commits of its last batch, before Spark's commit log."""
+    pipeline.run(spark)
+    before = pipeline.output_values()
+    commits = Path(pipeline.checkpoint) / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink()
+    pipeline.run(spark)
+    assert pipeline.output_values() == before
+    assert sorted(before) == sorted(pipeline.input_values())
+    pipeline.assert_offsets_at_input_end()
+
+
+def test_an_empty_checkpoint_resumes_from_the_groups_offsets(spark, pipeline, tmp_path):
+    pipeline.run(spark)
+    pipeline.add_input(7, 4)
+    shutil.rmtree(pipeline.checkpoint)
+    pipeline.run(spark, checkpoint=str(tmp_path / "fresh"), startingOffsets="group")
+    values = pipeline.output_values()
+    assert sorted(values) == sorted(pipeline.input_values())
+    assert len(values) == len(set(values))
+    pipeline.assert_offsets_at_input_end()
+
+
+def test_a_shuffle_between_source_and_sink_fails_naming_it(spark, pipeline):
+    with pytest.raises(StreamingQueryException, match="a shuffle .* sits between the source and the sink"):
+        pipeline.run(spark, lambda frame: frame.repartition(2).select("key", "value"))
+    assert pipeline.output_values() == []
+
+
+def test_a_record_larger_than_the_topic_allows_aborts_its_batch(spark, kafka, tmp_path):
+    pipeline = Pipeline(kafka, tmp_path, rounds=1)
+    small = create_topic(kafka.bootstrap_servers, unique_name("small"), config={"max.message.bytes": "2000"})
+    pipeline.output = small
+
+    def blow_up(frame):
+        return frame.select("key", F.concat(F.col("value"), F.lit(b"x" * 5000)).alias("value"))
+
+    with pytest.raises(StreamingQueryException, match="record of .* bytes to .* was refused.*(too large|TOO_LARGE)"):
+        pipeline.run(spark, blow_up)
+    assert read_committed(kafka.bootstrap_servers, small) == []
+    assert set(committed_offsets(kafka.bootstrap_servers, pipeline.group, pipeline.input, PARTITIONS).values()) == {-1001}
+
+
+@pytest.mark.parametrize("transform, message", [
+    (lambda f: f.select("key"), "has no 'value' column"),
+    (lambda f: f.select(F.col("offset").alias("value")), "column 'value' has type bigint; the sink needs string or binary"),
+])
+def test_a_bad_schema_fails_before_any_transaction(spark, pipeline, transform, message):
+    with pytest.raises(Exception, match=message):
+        pipeline.run(spark, transform)
+    assert pipeline.output_values() == []
