@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import tempfile
+from pathlib import Path
 
 DRIVER = "driver"
 _EXECUTOR_ID_IN_LOG_URL = re.compile(r"[?&]executorId=([^&]+)")
@@ -25,3 +27,10 @@ def executor_id(environ: dict[str, str] | None = None) -> str:
     if executor_dirs:
         return "dirs-" + hashlib.sha256(executor_dirs.encode()).hexdigest()[:12]
     return DRIVER
+
+
+def executor_local_directory() -> Path:
+    """The executor's local directory (``SPARK_LOCAL_DIRS``, removed with the executor; the
+    driver's in local mode), or the temporary directory outside Spark."""
+    local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
+    return Path(local_dirs.split(",")[0]) if local_dirs else Path(tempfile.gettempdir())

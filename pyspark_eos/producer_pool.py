@@ -1,5 +1,5 @@
 """One transactional producer (and AdminClient) per Python worker process, reused across tasks
-and micro-batches.
+and micro-batches while the worker keeps leasing the same slot (see transactional_id_factory).
 
 librdkafka does not survive fork(), so a producer is created lazily inside the worker that uses
 it (never at import time, never in ``__main__``) and cached here by pid. A producer that hit a
@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from .errors import KafkaClientError
 from .options import SinkOptions
-from .transactional_id_factory import worker_transactional_id
+from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,8 @@ class WorkerProducer:
     pid: int
 
 
+# At most one producer per worker process and sink configuration: the one for the slot it last
+# leased. Another slot, or a slot another worker has used since, needs a new producer.
 _producers: dict[tuple, WorkerProducer] = {}
 
 
@@ -39,12 +41,19 @@ def _key(options: SinkOptions) -> tuple:
             options.transaction_timeout_ms, tuple(sorted(options.kafka.items())))
 
 
-def producer_for(options: SinkOptions) -> WorkerProducer:
+def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
     key = _key(options)
     cached = _producers.get(key)
-    if cached is not None:
+    if cached is not None and cached.transactional_id == lease.transactional_id and lease.previous_holder == PROCESS_TOKEN:
         return cached
-    transactional_id = worker_transactional_id(options.transactional_id_prefix, options.group_id)
+    if cached is not None:
+        log.info("slot moved (%s -> %s); replacing this worker's producer", cached.transactional_id,
+                 lease.transactional_id)
+    _producers[key] = WorkerProducer(lease.transactional_id, _new_producer(options, lease.transactional_id), os.getpid())
+    return _producers[key]
+
+
+def _new_producer(options: SinkOptions, transactional_id: str) -> Producer:
     producer = Producer({
         **options.kafka,
         "bootstrap.servers": options.bootstrap_servers,
@@ -52,16 +61,15 @@ def producer_for(options: SinkOptions) -> WorkerProducer:
         "transaction.timeout.ms": options.transaction_timeout_ms,
     })
     try:
-        # Aborts what a dead predecessor with this id left open, and fences it.
+        # Aborts what a dead predecessor with this id left open, and fences its producer.
         producer.init_transactions(INIT_TIMEOUT_S)
     except KafkaException as error:
         raise KafkaClientError(
             f"initializing transactions for transactional id {transactional_id!r} failed: {error.args[0]}; "
             "check that the brokers are reachable and the principal may WRITE that transactional id"
         ) from error
-    _producers[key] = WorkerProducer(transactional_id, producer, os.getpid())
     log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
-    return _producers[key]
+    return producer
 
 
 _admins: dict[tuple, AdminClient] = {}

@@ -15,12 +15,12 @@ import base64
 import json
 import logging
 import os
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from .executor_identity import executor_local_directory
 from .group_membership import GroupStamp
 from .offset_planning import OffsetRange
 
@@ -43,9 +43,7 @@ class Provenance:
 
 
 def handover_directory() -> Path:
-    local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
-    base = Path(local_dirs.split(",")[0]) if local_dirs else Path(tempfile.gettempdir())
-    directory = base / _DIRECTORY
+    directory = executor_local_directory() / _DIRECTORY
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 

@@ -1,25 +1,41 @@
 """Deterministic transactional ids: one per (prefix, group, executor, slot).
 
-A Python worker is one task slot of an executor. Its transactional id must be the one its
-predecessor in that slot used, so that when a worker dies mid-transaction (kill -9, OOM) its
-replacement's ``init_transactions`` aborts the open transaction at once instead of leaving it to
-the broker's transaction timeout, and fences the dead worker's producer should it come back.
-The slot is the lowest-numbered lock file in the executor's local directory that no live worker
-holds: ``flock`` locks die with their process, so a replacement re-acquires exactly the freed slot.
+A slot is one concurrently running write task of an executor. Spark's Python workers come from
+a pool shared by the source's read() and the sink's write(), so over time more workers than task
+slots may write; the ids must not grow with them. A write task therefore leases the
+lowest-numbered free slot for its duration, with an ``flock`` on a lock file in the executor's
+local directory: at most (task slots) ids exist, and the kernel frees the lease when a worker
+dies, so the next task in that slot uses the dead worker's id. Its ``init_transactions`` then
+aborts the transaction the dead worker left open, at once instead of after the broker's
+transaction timeout, and fences the dead worker's producer should it come back.
+
+Each lease records who held the slot last. A worker whose cached producer was made for a slot
+that another worker has used since knows that producer was fenced by the other's
+``init_transactions`` and builds a new one.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import uuid
+from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
+from typing import Iterator
 
-from .executor_identity import executor_id
-from .provenance import handover_directory
+from .executor_identity import executor_id, executor_local_directory
 
-_held: dict[str, tuple[int, int]] = {}  # lock directory -> (pid, slot) held by this process
-_fds: list[int] = []  # keeps the slot locks open for the life of the process
+# Identifies this process as a slot holder (pids are recycled; this is not).
+PROCESS_TOKEN = f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class SlotLease:
+    transactional_id: str
+    slot: int
+    previous_holder: str
 
 
 def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int) -> str:
@@ -28,16 +44,15 @@ def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int
 
 def slot_directory(prefix: str, group_id: str | None) -> Path:
     key = hashlib.sha256(f"{prefix}\0{group_id}".encode()).hexdigest()[:16]
-    directory = handover_directory().parent / "eos-kafka-slots" / key
+    directory = executor_local_directory() / "eos-kafka-slots" / key
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
 
-def acquire_slot(directory: Path) -> int:
-    """This process's slot in ``directory``: the same one for as long as the process lives."""
-    held = _held.get(str(directory))
-    if held is not None and held[0] == os.getpid():
-        return held[1]
+@contextlib.contextmanager
+def lease_slot(prefix: str, group_id: str | None) -> Iterator[SlotLease]:
+    """Hold the lowest free slot of this executor for the duration of one write task."""
+    directory = slot_directory(prefix, group_id)
     for slot in count():
         fd = os.open(directory / f"slot-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -45,12 +60,11 @@ def acquire_slot(directory: Path) -> int:
         except BlockingIOError:
             os.close(fd)
             continue
-        _fds.append(fd)
-        _held[str(directory)] = (os.getpid(), slot)
-        return slot
-    raise AssertionError("unreachable")
-
-
-def worker_transactional_id(prefix: str, group_id: str | None) -> str:
-    slot = acquire_slot(slot_directory(prefix, group_id))
-    return transactional_id(prefix, group_id, executor_id(), slot)
+        try:
+            previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, PROCESS_TOKEN.encode(), 0)
+            yield SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
+        finally:
+            os.close(fd)  # releases the lock
+        return

@@ -22,6 +22,7 @@ from .options import SinkOptions
 from .producer_pool import WorkerProducer, admin_for, discard, producer_for
 from .provenance import collect, release
 from .sink_records import KafkaRecord
+from .transactional_id_factory import lease_slot
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,12 @@ class _DeliveryErrors:
 
 
 def write_task(records: Iterable[KafkaRecord], options: SinkOptions) -> EosKafkaCommitMessage:
+    with lease_slot(options.transactional_id_prefix, options.group_id) as lease:
+        return _write_in_slot(records, options, producer_for(options, lease))
+
+
+def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker: WorkerProducer) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
-    worker = producer_for(options)
     delivery = _DeliveryErrors()
     files = []
     try:

@@ -150,3 +150,24 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
     result = admin.list_consumer_group_offsets(request, require_stable=True)[group].result(30)
     return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def kafka_tool(main_class: str, *args: str) -> str:
+    """Run one of Kafka's own command-line tools (from the kafka-tools artifact); its stdout."""
+    import shutil
+    import subprocess
+
+    from pyspark_eos.maven_jars import KAFKA_BROKER
+    from pyspark_eos.project_files import conf_dir
+
+    command = [shutil.which("java"), f"-Dlog4j2.configurationFile={conf_dir() / 'broker-log4j2.properties'}",
+               "-cp", KAFKA_BROKER.classpath(), main_class, *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{main_class} failed: {result.stderr[-3000:]}"
+    return result.stdout
+
+
+def transactional_ids(bootstrap: str, prefix: str) -> set[str]:
+    """Transactional ids the cluster knows that start with prefix, per Kafka's TransactionsCommand."""
+    listing = kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, "list")
+    return {line.split()[0] for line in listing.splitlines()[1:] if line.split() and line.split()[0].startswith(prefix)}

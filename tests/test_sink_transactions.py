@@ -1,0 +1,125 @@
+"""The sink's transactions: producers per worker slot, ownership (G4) and fencing (G3)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from pyspark_eos.commit_offsets import partition_metadata
+from pyspark_eos.errors import UnassignedPartitionError
+from pyspark_eos.group_membership import GroupMembership
+from pyspark_eos.offset_planning import OffsetRange
+from pyspark_eos.options import SinkOptions
+from pyspark_eos.provenance import Provenance, record_read
+from pyspark_eos.sink_records import KafkaRecord
+from pyspark_eos.transactional_writer import write_task
+
+from .kafka_tools import (
+    committed_offsets,
+    create_topic,
+    mixed_transactions,
+    read_committed,
+    transactional_ids,
+    transactional_producer,
+    unique_name,
+    wait_until,
+    write_transactions,
+)
+from .spark_tools import eos_pipeline, run_to_end
+
+
+def test_many_tasks_over_many_batches_share_one_producer_per_worker_slot(spark, kafka, tmp_path):
+    bootstrap = kafka.bootstrap_servers
+    source = create_topic(bootstrap, unique_name("wide"), partitions=8)
+    sink = create_topic(bootstrap, unique_name("out"))
+    write_transactions(bootstrap, source, mixed_transactions(partitions=8, rounds=5))
+    prefix = unique_name("slots")
+    writer = eos_pipeline(spark, bootstrap, source, sink, unique_name("g"), sink_options={"transactionalIdPrefix": prefix},
+                          startingOffsets="earliest", maxOffsetsPerTrigger=24)
+    query = run_to_end(writer, str(tmp_path / "checkpoint"))
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) >= 3  # 8 tasks per batch: dozens of tasks in all
+    ids = transactional_ids(bootstrap, prefix)
+    assert 1 <= len(ids) <= 2, ids  # local[2]: two task slots
+    written = sorted(r.value for r in read_committed(bootstrap, sink))
+    assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=8))
+    assert len(written) == 3 * 8 * 2  # rounds 0, 2 and 3 of 5 committed, 2 records per partition
+
+
+class OtherMember:
+    """A plain consumer in the pipeline's group that keeps its share of the partitions."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str):
+        self.assigned: list = []
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        self.consumer.subscribe([topic], on_assign=lambda c, parts: self.assigned.__init__(parts))
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stopping.is_set():
+            self.consumer.poll(0.2)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
+@pytest.fixture
+def shared_group(kafka):
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("owned"), partitions=2)
+    group = unique_name("g")
+    other = OtherMember(bootstrap, group, topic)
+    wait_until(lambda: len(other.assigned) == 2, 60, "the other member to own both partitions")
+    membership = GroupMembership(bootstrap, {}, group, topics=[topic]).start()
+    stamp = wait_until(lambda: _split(membership), 60, "a rebalance that splits the partitions")
+    yield bootstrap, topic, group, stamp
+    membership.stop()
+    other.close()
+
+
+def _split(membership):
+    stamp = membership.stamp()
+    return stamp if len(stamp.assignment) == 1 else None
+
+
+def write_as_task(bootstrap: str, group: str, output: str, provenance: Provenance, attempt: int):
+    record_read(attempt, provenance)
+    options = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": output, "kafka.group.id": group,
+                                 "transactionalIdPrefix": unique_name("g4")})
+    return write_task([KafkaRecord(output, None, None, b"result", None)], options)
+
+
+def test_a_plan_with_a_partition_of_another_member_is_refused(shared_group, monkeypatch):
+    bootstrap, topic, group, stamp = shared_group
+    output = create_topic(bootstrap, unique_name("out"))
+    (owned,) = stamp.assignment
+    foreign = (topic, 1 - owned[1])
+    ranges = tuple(OffsetRange(t, p, 0, 0 + 1) for t, p in sorted([owned, foreign]))
+    monkeypatch.setattr("pyspark_eos.transactional_writer.TaskInfo.current",
+                        classmethod(lambda cls: cls(9001, 0, "0", "q")))
+    with pytest.raises(UnassignedPartitionError, match=rf"{foreign[0]}-{foreign[1]}\[0,1\).*not assigned to"):
+        write_as_task(bootstrap, group, output, Provenance(ranges, stamp), 9001)
+    assert read_committed(bootstrap, output) == []
+    assert set(committed_offsets(bootstrap, group, topic, 2).values()) == {-1001}
+
+
+def test_offsets_committed_by_a_newer_generation_are_not_overwritten(shared_group, monkeypatch):
+    bootstrap, topic, group, stamp = shared_group
+    output = create_topic(bootstrap, unique_name("out"))
+    (owned,) = stamp.assignment
+    newer = partition_metadata(stamp.generation + 1, "7", "other-query")
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
+    producer.send_offsets_to_transaction([TopicPartition(owned[0], owned[1], 0, metadata=newer)], metadata, 30)
+    producer.commit_transaction(30)
+    monkeypatch.setattr("pyspark_eos.transactional_writer.TaskInfo.current",
+                        classmethod(lambda cls: cls(9002, 0, "0", "q")))
+    with pytest.raises(UnassignedPartitionError, match="newer generation"):
+        write_as_task(bootstrap, group, output, Provenance((OffsetRange(*owned, 0, 1),), stamp), 9002)
+    assert read_committed(bootstrap, output) == []
