@@ -17,6 +17,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
 from .errors import EosKafkaError, TransactionFailedError
+from .fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_BEFORE_COMMIT, crash_if_armed
 from .group_offsets import fetch_stable_commits
 from .options import SinkOptions
 from .producer_pool import WorkerProducer, admin_for, discard, producer_for
@@ -150,6 +151,8 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
     elif count == 0:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "nothing to write"
+    crash_if_armed(WORKER_BEFORE_COMMIT)
+    crash_if_armed(EXECUTOR_BEFORE_COMMIT)
     producer.commit_transaction(COMMIT_TIMEOUT_S)
     return "committed"
 

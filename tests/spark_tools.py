@@ -3,6 +3,17 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from pathlib import Path
+
+from .kafka_tools import (
+    committed_offsets,
+    create_topic,
+    last_stable_offsets,
+    mixed_transactions,
+    read_committed,
+    unique_name,
+    write_transactions,
+)
 
 
 class BatchRecorder:
@@ -58,3 +69,53 @@ def run_to_end(writer, checkpoint: str, timeout: float = 300.0):
         query.stop()
         raise AssertionError(f"the query did not finish in {timeout:.0f} s")
     return query
+
+
+PARTITIONS = 3
+
+
+class Pipeline:
+    """Input topic (committed and aborted transactions), output topic, group, checkpoint."""
+
+    def __init__(self, kafka, tmp_path: Path, rounds: int = 7):
+        self.bootstrap = kafka.bootstrap_servers
+        self.input = create_topic(self.bootstrap, unique_name("in"), partitions=PARTITIONS)
+        self.output = create_topic(self.bootstrap, unique_name("out"), partitions=2)
+        self.group = unique_name("pipeline")
+        self.checkpoint = str(tmp_path / "checkpoint")
+        self.add_input(0, rounds)
+
+    def add_input(self, first_round: int, rounds: int) -> None:
+        transactions = mixed_transactions(PARTITIONS, first_round + rounds)[first_round:]
+        write_transactions(self.bootstrap, self.input, transactions)
+
+    def run(self, spark, transform=None, checkpoint: str | None = None, sink_options: dict | None = None, **options):
+        options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 9, **options}
+        writer = eos_pipeline(spark, self.bootstrap, self.input, self.output, self.group, transform,
+                              sink_options, **options)
+        return run_to_end(writer, checkpoint or self.checkpoint)
+
+    def output_values(self) -> list[bytes]:
+        return [r.value for r in read_committed(self.bootstrap, self.output, partitions=2)]
+
+    def input_values(self) -> list[bytes]:
+        return [r.value for r in read_committed(self.bootstrap, self.input, partitions=PARTITIONS)]
+
+    def assert_exactly_once(self) -> None:
+        """Every committed input record's value once in the output, and the offsets at the end."""
+        values = self.output_values()
+        assert sorted(values) == sorted(self.input_values())
+        assert len(values) == len(set(values))
+        self.assert_offsets_at_input_end()
+
+    def assert_offsets_at_input_end(self) -> None:
+        assert committed_offsets(self.bootstrap, self.group, self.input, PARTITIONS) == \
+            last_stable_offsets(self.bootstrap, self.input, PARTITIONS)
+
+
+def executor_local_dirs(spark) -> set[str]:
+    """SPARK_LOCAL_DIRS as the Python workers of each executor see it."""
+    import os
+
+    tasks = spark.sparkContext.parallelize(range(16), 16)
+    return set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())

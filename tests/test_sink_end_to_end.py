@@ -10,50 +10,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from .kafka_tools import (
-    committed_offsets,
-    create_topic,
-    last_stable_offsets,
-    mixed_transactions,
-    read_committed,
-    unique_name,
-    write_transactions,
-)
-from .spark_tools import eos_pipeline, run_to_end
-
-PARTITIONS = 3
-
-
-class Pipeline:
-    """Input topic (committed and aborted transactions), output topic, group, checkpoint."""
-
-    def __init__(self, kafka, tmp_path: Path, rounds: int = 7):
-        self.bootstrap = kafka.bootstrap_servers
-        self.input = create_topic(self.bootstrap, unique_name("in"), partitions=PARTITIONS)
-        self.output = create_topic(self.bootstrap, unique_name("out"), partitions=2)
-        self.group = unique_name("pipeline")
-        self.checkpoint = str(tmp_path / "checkpoint")
-        self.add_input(0, rounds)
-
-    def add_input(self, first_round: int, rounds: int) -> None:
-        transactions = mixed_transactions(PARTITIONS, first_round + rounds)[first_round:]
-        write_transactions(self.bootstrap, self.input, transactions)
-
-    def run(self, spark, transform=None, checkpoint: str | None = None, **options):
-        options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 9, **options}
-        writer = eos_pipeline(spark, self.bootstrap, self.input, self.output, self.group, transform, **options)
-        return run_to_end(writer, checkpoint or self.checkpoint)
-
-    def output_values(self) -> list[bytes]:
-        return [r.value for r in read_committed(self.bootstrap, self.output, partitions=2)]
-
-    def input_values(self) -> list[bytes]:
-        return [r.value for r in read_committed(self.bootstrap, self.input, partitions=PARTITIONS)]
-
-    def assert_offsets_at_input_end(self) -> None:
-        assert committed_offsets(self.bootstrap, self.group, self.input, PARTITIONS) == \
-            last_stable_offsets(self.bootstrap, self.input, PARTITIONS)
-
+from .kafka_tools import committed_offsets, create_topic, read_committed, unique_name
+from .spark_tools import PARTITIONS, Pipeline
 
 @pytest.fixture
 def pipeline(kafka, tmp_path):
