@@ -89,7 +89,7 @@ class GroupMembership:
         self._subscription = [f"^{pattern}"] if pattern else list(topics or [])
         self._state = threading.Condition()
         self._stamp: GroupStamp | None = None
-        self._fenced: KafkaError | None = None
+        self._fenced: str | None = None  # the error's text, kept once the membership is fenced
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -153,7 +153,7 @@ class GroupMembership:
         # error_cb hands librdkafka's fatal errors over as code _FATAL (fatal() is False on that copy).
         if error.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL) or error.fatal():
             with self._state:
-                self._fenced = error
+                self._fenced = str(error)
                 self._stamp = None
                 self._state.notify_all()
             log.error("%s", self._fenced_error())
@@ -163,6 +163,6 @@ class GroupMembership:
     def _fenced_error(self) -> FencedError:
         return FencedError(
             f"this query's membership of consumer group {self.group_id!r} (static member {self.instance_id!r}) "
-            f"was taken over by another instance of the same pipeline ({self._fenced.str()}). This instance "
+            f"was taken over by another instance of the same pipeline ({self._fenced}). This instance "
             "can no longer commit; stop the other instance or this one, then restart the one you keep"
         )

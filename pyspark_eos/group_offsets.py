@@ -16,32 +16,17 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from .errors import KafkaClientError, PendingTransactionError
+from .retries import Backoff, is_retriable
 
 log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 NO_COMMITTED_OFFSET = None
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential back-off with jitter: initial, initial*factor, ... capped at maximum."""
-
-    initial_s: float = 0.1
-    maximum_s: float = 5.0
-    factor: float = 2.0
-    jitter: float = 0.25
-
-    def delays(self, rng: random.Random) -> Iterable[float]:
-        delay = self.initial_s
-        while True:
-            yield delay * (1 + rng.uniform(-self.jitter, self.jitter))
-            delay = min(delay * self.factor, self.maximum_s)
 
 
 @dataclass(frozen=True)
@@ -52,14 +37,39 @@ class Committed:
     metadata: str
 
 
+@dataclass(frozen=True)
+class FetchAttempt:
+    """One stable OffsetFetch: what is committed, the partitions an open transaction holds, and a
+    retriable error of the whole request (the group coordinator not ready yet)."""
+
+    commits: dict[TopicPartitionKey, Committed]
+    unstable: list[TopicPartitionKey]
+    retriable: str | None = None  # the error's text: the KafkaError object must not outlive its request
+
+    @property
+    def settled(self) -> bool:
+        return not self.unstable and self.retriable is None
+
+    def reason(self) -> str:
+        if self.retriable is not None:
+            return f"the group coordinator is not ready ({self.retriable})"
+        return (f"committed offsets of {_names(self.unstable)} are held by an open transaction "
+                "(UNSTABLE_OFFSET_COMMIT)")
+
+
 def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
-                         request_timeout: float = 30.0) -> tuple[dict[TopicPartitionKey, Committed], list[TopicPartitionKey]]:
-    """One stable OffsetFetch: (what is committed, partitions held by an open transaction)."""
+                         request_timeout: float = 30.0) -> FetchAttempt:
+    not_ready = _coordinator_not_ready(admin, group, request_timeout)
+    if not_ready is not None:
+        return FetchAttempt({}, [], not_ready)
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])]
     try:
         result = admin.list_consumer_group_offsets(request, require_stable=True,
                                                    request_timeout=request_timeout)[group].result()
     except KafkaException as error:
+        if is_retriable(error):
+            # e.g. COORDINATOR_LOAD_IN_PROGRESS while a new or moved __consumer_offsets partition loads
+            return FetchAttempt({}, [], str(error))
         raise KafkaClientError(
             f"fetching the committed offsets of consumer group {group!r} failed: {error.args[0]}; "
             "check that the brokers are reachable and that the principal may DESCRIBE the group"
@@ -75,7 +85,28 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
         else:
             offset = tp.offset if tp.offset >= 0 else NO_COMMITTED_OFFSET
             offsets[key] = Committed(offset, tp.metadata or "")
-    return offsets, unstable
+    return FetchAttempt(offsets, unstable)
+
+
+def _coordinator_not_ready(admin, group: str, request_timeout: float) -> str | None:
+    """Make sure the group's coordinator is found and loaded before the OffsetFetch.
+
+    librdkafka (2.4 to 2.16 at least) crashes the process when an AdminClient's OffsetFetch is
+    answered NOT_COORDINATOR: its response handler hands the error to a consumer-group handle an
+    AdminClient does not have (librdkafka issue #5040). That answer comes while a group's
+    coordinator is being created or moved, so a DescribeGroups, which handles it safely, goes
+    first; its retriable errors are backed off like an unstable offset.
+    """
+    try:
+        admin.describe_consumer_groups([group], request_timeout=request_timeout)[group].result()
+    except KafkaException as error:
+        if is_retriable(error):
+            return str(error)
+        raise KafkaClientError(
+            f"describing consumer group {group!r} failed: {error}; check that the brokers are reachable "
+            "and that the principal may DESCRIBE the group"
+        ) from error
+    return None
 
 
 def fetch_stable_committed_offsets(admin, group: str, partitions: list[TopicPartitionKey],
@@ -103,23 +134,21 @@ def fetch_stable_commits(
     if not partitions:
         return {}
     deadline = clock() + timeout_ms / 1000
-    delays = backoff.delays(rng or random.Random())
+    delays = backoff.delays(rng)
     attempt = 0
     while True:
-        offsets, unstable = fetch_committed_once(admin, group, partitions)
-        if not unstable:
+        result = fetch_committed_once(admin, group, partitions)
+        if result.settled:
             if attempt:
-                log.info("group %r: pending transaction resolved after %d retries; offsets are stable", group, attempt)
-            return offsets
+                log.info("group %r: offsets are stable after %d retries", group, attempt)
+            return result.commits
         remaining = deadline - clock()
         if remaining <= 0:
-            raise _pending_error(group, unstable, timeout_ms)
+            raise _timeout_error(group, result, timeout_ms)
         attempt += 1
         delay = min(next(delays), remaining)
-        log.warning(
-            "group %r: committed offsets of %s are held by an open transaction (UNSTABLE_OFFSET_COMMIT); "
-            "retry %d in %.2f s, giving up in %.0f s", group, _names(unstable), attempt, delay, remaining,
-        )
+        log.warning("group %r: %s; retry %d in %.2f s, giving up in %.0f s",
+                    group, result.reason(), attempt, delay, remaining)
         sleep(delay)
 
 
@@ -127,9 +156,14 @@ def _names(partitions: list[TopicPartitionKey]) -> str:
     return ", ".join(f"{topic}-{partition}" for topic, partition in sorted(partitions))
 
 
-def _pending_error(group: str, unstable: list[TopicPartitionKey], timeout_ms: int) -> PendingTransactionError:
+def _timeout_error(group: str, result: FetchAttempt, timeout_ms: int) -> Exception:
+    if result.retriable is not None:
+        return KafkaClientError(
+            f"fetching the committed offsets of consumer group {group!r}: {result.reason()} after "
+            f"{timeout_ms / 1000:.0f} s; check the brokers' health"
+        )
     return PendingTransactionError(
-        f"the committed offsets of consumer group {group!r} for {_names(unstable)} are still held by an "
+        f"the committed offsets of consumer group {group!r} for {_names(result.unstable)} are still held by an "
         f"open transaction after {timeout_ms / 1000:.0f} s. Most likely a writer of this group (another "
         "running instance of the pipeline, or one that crashed) has an open transaction; it will be "
         "aborted when its transaction.timeout.ms passes. Stop the other instance or wait, then restart; "

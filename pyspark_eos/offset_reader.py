@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from .errors import ConfigurationError, KafkaClientError
 from .group_offsets import fetch_stable_committed_offsets
+from .retries import with_retries
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -77,17 +78,17 @@ class KafkaOffsetReader:
     def _list_offsets(self, request: dict[TopicPartitionKey, OffsetSpec], what: str) -> Offsets:
         if not request:
             return {}
+        try:
+            return with_retries(lambda: self._list_offsets_once(request), f"listing {what} offsets")
+        except KafkaException as error:
+            raise KafkaClientError(
+                f"listing the {what} offsets of {sorted(request)} failed: {error.args[0]}; "
+                "check that the topics exist and the principal may DESCRIBE them"
+            ) from error
+
+    def _list_offsets_once(self, request: dict[TopicPartitionKey, OffsetSpec]) -> Offsets:
         futures = self.admin.list_offsets(
             {TopicPartition(topic, partition): spec for (topic, partition), spec in request.items()},
             isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=REQUEST_TIMEOUT_S,
         )
-        offsets: Offsets = {}
-        for tp, future in futures.items():
-            try:
-                offsets[(tp.topic, tp.partition)] = future.result().offset
-            except KafkaException as error:
-                raise KafkaClientError(
-                    f"listing the {what} offset of {tp.topic}-{tp.partition} failed: {error.args[0]}; "
-                    "check that the topic exists and the principal may DESCRIBE it"
-                ) from error
-        return offsets
+        return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}

@@ -1,4 +1,4 @@
-"""Independent Kafka checks for the tests, written directly on confluent-kafka.
+"""Kafka set-up and independent checks for the tests, written directly on confluent-kafka.
 
 Nothing here uses pyspark_eos's reader or writer: these are the plain clients the package's
 results are checked against.
@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-
-@dataclass(frozen=True)
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+# The independent read_committed checks live in the package (the example pipeline reports with
+# them too); they use nothing but a plain confluent-kafka consumer and AdminClient.
+from pyspark_eos.output_check import Record, committed_offsets, last_stable_offsets, read_committed  # noqa: F401
 
 
 def unique_name(prefix: str) -> str:
@@ -66,55 +60,6 @@ def transactional_producer(bootstrap: str, transactional_id: str | None = None, 
     return producer
 
 
-def last_stable_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
-    return {tp.partition: future.result().offset for tp, future in futures.items()}
-
-
-def read_committed(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 60.0) -> list[Record]:
-    """Every committed record of ``topic``, read with a plain read_committed consumer.
-
-    Reads until each partition's position reaches its last stable offset (offsets have gaps for
-    transaction markers and aborted records, so records are never counted to decide the end).
-    """
-    ends = last_stable_offsets(bootstrap, topic, partitions)
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": unique_name("checker"),
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[Record] = []
-    eof_at: dict[int, int] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while not _reached(consumer, topic, ends, eof_at):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"read_committed of {topic} did not reach {ends} in {timeout:.0f} s")
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    eof_at[message.partition()] = message.offset()
-                continue
-            records.append(Record(message.topic(), message.partition(), message.offset(),
-                                  message.key(), message.value()))
-    finally:
-        consumer.close()
-    return records
-
-
-def _reached(consumer: Consumer, topic: str, ends: dict[int, int], eof_at: dict[int, int]) -> bool:
-    """Done when the position, or the partition end seen, is at or past the last stable offset."""
-    positions = consumer.position([TopicPartition(topic, p) for p in ends])
-    return all(max(tp.offset, eof_at.get(tp.partition, -1)) >= ends[tp.partition] for tp in positions)
-
-
 def write_transactions(bootstrap: str, topic: str, transactions: list[tuple[bool, list[tuple[int, bytes]]]],
                        headers: list[tuple[str, bytes]] | None = None) -> None:
     """Write each (commit?, [(partition, value), ...]) as one transaction, committed or aborted.
@@ -140,16 +85,6 @@ def mixed_transactions(partitions: int, rounds: int, per_partition: int = 2) -> 
         (index % 3 != 1, [(p, b"r%d-p%d-%d" % (index, p, i)) for p in range(partitions) for i in range(per_partition)])
         for index in range(rounds)
     ]
-
-
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets (stable), read with a plain AdminClient; -1001 if none."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
-    result = admin.list_consumer_group_offsets(request, require_stable=True)[group].result(30)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
 
 
 def kafka_tool(main_class: str, *args: str) -> str:

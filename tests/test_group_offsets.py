@@ -11,7 +11,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 
 from pyspark_eos.errors import PendingTransactionError
-from pyspark_eos.group_offsets import Backoff, fetch_stable_committed_offsets
+from pyspark_eos.group_offsets import fetch_stable_committed_offsets
+from pyspark_eos.retries import Backoff
 
 from .kafka_tools import create_topic, transactional_producer, unique_name, wait_until, write_transactions
 from .spark_tools import BatchRecorder, run_available_now, source

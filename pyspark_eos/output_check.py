@@ -1,0 +1,79 @@
+"""Checking a pipeline's result with a plain Kafka consumer, independent of eos-kafka's reader.
+
+Used by the example pipeline's report and by the tests: a confluent-kafka consumer with
+read_committed, reading each partition until its position (or the partition end it reports)
+reaches the last stable offset. Offsets have gaps (transaction markers, aborted records), so
+records are never counted to decide that a partition is done.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def last_stable_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+    return {tp.partition: future.result().offset for tp, future in futures.items()}
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 60.0) -> list[Record]:
+    """Every committed record of ``topic``, in partition order."""
+    ends = last_stable_offsets(bootstrap, topic, partitions)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"eos-kafka-check-{uuid.uuid4().hex[:8]}",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[Record] = []
+    eof_at: dict[int, int] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while not _reached(consumer, topic, ends, eof_at):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read_committed of {topic} did not reach {ends} in {timeout:.0f} s")
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    eof_at[message.partition()] = message.offset()
+                continue
+            records.append(Record(message.topic(), message.partition(), message.offset(),
+                                  message.key(), message.value()))
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+def _reached(consumer: Consumer, topic: str, ends: dict[int, int], eof_at: dict[int, int]) -> bool:
+    """Done when the position, or the partition end seen, is at or past the last stable offset."""
+    positions = consumer.position([TopicPartition(topic, p) for p in ends])
+    return all(max(tp.offset, eof_at.get(tp.partition, -1)) >= ends[tp.partition] for tp in positions)
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (stable); -1001 where it never committed."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    result = admin.list_consumer_group_offsets(request, require_stable=True)[group].result(30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
