@@ -1,7 +1,7 @@
 """Deciding the input offsets a task commits in its transaction, and whether it may commit at all.
 
 A task commits the end offset of every input range it read, with the group membership its plan
-was stamped with. Before that, two checks run against what the group has committed (read
+was stamped with (one membership per eos-kafka source of the query). Before that, two checks run against what the group has committed (read
 stably, so an open transaction of a dead predecessor is waited out):
 
 - **ownership (G4)**: every partition must be in the plan's assignment for the stamped group,
@@ -35,8 +35,13 @@ class Decision(Enum):
 
 @dataclass(frozen=True)
 class CommitPlan:
-    group: GroupStamp
-    ranges: tuple[OffsetRange, ...]
+    """The ranges a task read, by the group membership (one per source) they were planned under."""
+
+    by_member: tuple[tuple[GroupStamp, tuple[OffsetRange, ...]], ...]
+
+    @property
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        return tuple(r for _, ranges in self.by_member for r in ranges)
 
     @property
     def partitions(self) -> list[TopicPartitionKey]:
@@ -47,7 +52,7 @@ class CommitPlan:
 
 
 def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
-    """The ranges this task read and the one membership they were planned under."""
+    """The ranges this task read, grouped by the membership of the source that planned them."""
     if not provenance:
         raise ProvenanceError(
             "this task writes records but read no input from an eos-kafka source: a shuffle (repartition, "
@@ -56,26 +61,24 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
             "only (select, filter, withColumn, coalesce, union); remove the shuffle, or drop kafka.group.id "
             "from the sink to write without committing input offsets"
         )
-    stamps = {p.group for p in provenance}
-    if len(stamps) != 1:
+    other_groups = sorted({p.group.group_id for p in provenance} - {sink_group})
+    if other_groups:
         raise ConfigurationError(
-            "this task read input planned under different consumer-group memberships "
-            f"({', '.join(sorted(s.describe() for s in stamps))}); a pipeline reads and commits through one group"
-        )
-    group = stamps.pop()
-    if group.group_id != sink_group:
-        raise ConfigurationError(
-            f"the source reads with kafka.group.id={group.group_id!r} but the sink commits to "
+            f"the source reads with kafka.group.id={other_groups[0]!r} but the sink commits to "
             f"kafka.group.id={sink_group!r}; give both the same group"
         )
-    ranges = tuple(sorted((r for p in provenance for r in p.ranges), key=lambda r: r.key))
-    repeated = {r.key for r in ranges if sum(1 for other in ranges if other.key == r.key) > 1}
+    by_member: dict[GroupStamp, list[OffsetRange]] = {}
+    for record in provenance:
+        by_member.setdefault(record.group, []).extend(record.ranges)
+    plan = CommitPlan(tuple((stamp, tuple(sorted(ranges, key=lambda r: r.key))) for stamp, ranges in by_member.items()))
+    keys = [r.key for r in plan.ranges]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
         raise ConfigurationError(
-            f"one task read partitions {sorted(repeated)} more than once (the same source in a union twice?); "
+            f"one task read partitions {repeated} more than once (the same source in a union twice?); "
             "each input partition can be committed once per batch"
         )
-    return CommitPlan(group, ranges)
+    return plan
 
 
 def partition_metadata(generation: int, batch_id: str | None, query_id: str | None) -> str:
@@ -84,19 +87,20 @@ def partition_metadata(generation: int, batch_id: str | None, query_id: str | No
 
 
 def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> None:
-    unowned = [r for r in plan.ranges if r.key not in plan.group.assignment]
-    if unowned:
-        raise UnassignedPartitionError(
-            f"refusing to commit offsets for {', '.join(map(str, unowned))}: they are not assigned to "
-            f"{plan.group.describe()}, which owns {sorted(plan.group.assignment)} (UNASSIGNED_PARTITION). "
-            "Another member of the group owns them; is a second pipeline, or another consumer, using this group?"
-        )
-    newer = [key for key, c in committed.items() if _stored_generation(c.metadata) > plan.group.generation]
-    if newer:
-        raise UnassignedPartitionError(
-            f"refusing to commit offsets for {sorted(newer)}: the group's committed offsets there carry a newer "
-            f"generation than this plan's ({plan.group.describe()}); a newer instance of the pipeline owns them"
-        )
+    for stamp, ranges in plan.by_member:
+        unowned = [r for r in ranges if r.key not in stamp.assignment]
+        if unowned:
+            raise UnassignedPartitionError(
+                f"refusing to commit offsets for {', '.join(map(str, unowned))}: they are not assigned to "
+                f"{stamp.describe()}, which owns {sorted(stamp.assignment)} (UNASSIGNED_PARTITION). Another "
+                "member of the group owns them; is a second pipeline, or another consumer, using this group?"
+            )
+        newer = [r.key for r in ranges if _stored_generation(committed.get(r.key, _NEVER).metadata) > stamp.generation]
+        if newer:
+            raise UnassignedPartitionError(
+                f"refusing to commit offsets for {sorted(newer)}: the group's committed offsets there carry a "
+                f"newer generation than this plan's ({stamp.describe()}); a newer instance of the pipeline owns them"
+            )
 
 
 def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> Decision:
@@ -107,7 +111,7 @@ def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> D
         return Decision.COMMIT
     found = ", ".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in offsets.items())
     raise OffsetMismatchError(
-        f"the group {plan.group.group_id!r} has committed {found} but this task read {plan.describe()}: "
+        f"the group has committed {found} but this task read {plan.describe()}: "
         "committing would leave a gap or process records twice. The checkpoint and the group's offsets "
         "disagree: was the checkpoint deleted or copied, or the group's offsets reset while the query was "
         "stopped? Restart with an empty checkpoint and startingOffsets=group to resume from the group's offsets"

@@ -5,8 +5,8 @@ Kafka checks the consumer-group metadata that a transactional producer sends wit
 is rejected with UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / FENCED_INSTANCE_ID. Without real
 membership (generation -1, empty member id) the broker accepts any commit, so two instances of a
 pipeline could both commit the same input. The reader therefore joins the group as a *static*
-member whose ``group.instance.id`` is derived from the group alone: a restarted or duplicate
-instance of the pipeline takes over that instance id, and the old one's metadata stops being
+member whose ``group.instance.id`` is derived from the group and the source's subscription: a restarted
+or duplicate instance of the pipeline takes over that instance id, and the old one's metadata stops being
 accepted. Its partitions are paused, so the membership never fetches records.
 
 Spark keeps the driver-side reader process alive between its calls and a background thread
@@ -14,6 +14,7 @@ keeps running there, so the membership is kept alive from one.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import struct
 import threading
@@ -29,8 +30,14 @@ _METADATA_MAGIC = b"CGMDv2:"
 JOIN_TIMEOUT_S = 60.0
 
 
-def instance_id_for(group_id: str) -> str:
-    return f"{group_id}.eos-kafka-driver"
+def instance_id_for(group_id: str, subscription: str) -> str:
+    """The static member id of one source of a pipeline: the group and what the source reads.
+
+    A query with several eos-kafka sources (a union) has one member per source, each assigned
+    its own topics; a second instance of the same pipeline has the same ids and fences the first.
+    """
+    digest = hashlib.sha256(subscription.encode()).hexdigest()[:8]
+    return f"{group_id}.eos-kafka-driver.{digest}"
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ class GroupMembership:
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group_id: str,
                  topics: list[str] | None = None, pattern: str | None = None):
         self.group_id = group_id
-        self.instance_id = instance_id_for(group_id)
+        self.instance_id = instance_id_for(group_id, pattern or ",".join(sorted(topics or [])))
         self._config = {
             **kafka_params,
             "bootstrap.servers": bootstrap_servers,

@@ -73,6 +73,8 @@ def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
     """Executor side of a task: hand the ranges over to this task's eos-kafka writer, then read."""
     from pyspark import TaskContext
 
+    if not isinstance(partition, KafkaInputPartition):
+        return  # Spark's placeholder task when a batch read planned no partition at all
     context = TaskContext.get()
     if context is not None and partition.group is not None:
         record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group))

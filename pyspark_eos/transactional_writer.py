@@ -145,9 +145,10 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
             # Spark replays a batch whose Kafka commit happened before its own commit log entry.
             producer.abort_transaction(COMMIT_TIMEOUT_S)
             return "skipped (already committed)"
-        metadata = partition_metadata(plan.group.generation, task.batch_id, task.query_id)
-        offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in plan.ranges]
-        producer.send_offsets_to_transaction(offsets, plan.group.metadata, COMMIT_TIMEOUT_S)
+        for stamp, ranges in plan.by_member:
+            metadata = partition_metadata(stamp.generation, task.batch_id, task.query_id)
+            offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in ranges]
+            producer.send_offsets_to_transaction(offsets, stamp.metadata, COMMIT_TIMEOUT_S)
     elif count == 0:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "nothing to write"

@@ -59,7 +59,7 @@ def test_a_second_instance_of_the_pipeline_fences_the_first(kafka, stream):
 
     first = plan_one_batch(stream(topic, group))
     stamp_a = first[0].group
-    assert stamp_a.instance_id == instance_id_for(group) and stamp_a.generation >= 1
+    assert stamp_a.instance_id == instance_id_for(group, topic) and stamp_a.generation >= 1
     assert stamp_a.assignment == {(topic, 0), (topic, 1)}
     assert all(partition.group == stamp_a for partition in first)
 

@@ -100,3 +100,42 @@ def test_a_bad_schema_fails_before_any_transaction(spark, pipeline, transform, m
     with pytest.raises(Exception, match=message):
         pipeline.run(spark, transform)
     assert pipeline.output_values() == []
+
+
+def test_coalesce_commits_all_ranges_of_a_task_in_one_transaction(spark, pipeline):
+    pipeline.run(spark, lambda frame: frame.coalesce(1).select("key", "value"))
+    pipeline.assert_exactly_once()
+
+
+def test_a_union_of_two_eos_kafka_sources_commits_both_inputs(spark, kafka, pipeline):
+    from .spark_tools import source
+
+    second = create_topic(kafka.bootstrap_servers, unique_name("in2"), partitions=2)
+    from .kafka_tools import write_transactions
+
+    write_transactions(kafka.bootstrap_servers, second, [(True, [(0, b"second-a"), (1, b"second-b")])])
+
+    def with_second(frame):
+        other = source(spark, kafka.bootstrap_servers, second, startingOffsets="earliest",
+                       **{"kafka.group.id": pipeline.group})
+        return frame.select("key", "value").union(other.select("key", "value"))
+
+    pipeline.run(spark, with_second)
+    values = pipeline.output_values()
+    assert sorted(values) == sorted(pipeline.input_values() + [b"second-a", b"second-b"])
+    pipeline.assert_offsets_at_input_end()
+    assert committed_offsets(kafka.bootstrap_servers, pipeline.group, second, 2) == {0: 2, 1: 2}
+
+
+def test_a_batch_write_commits_the_input_offsets_once(spark, pipeline):
+    def batch_write():
+        frame = (spark.read.format("eos-kafka").option("kafka.bootstrap.servers", pipeline.bootstrap)
+                 .option("subscribe", pipeline.input).option("kafka.group.id", pipeline.group)
+                 .option("startingOffsets", "group").load())
+        (frame.select("key", "value").write.format("eos-kafka").option("kafka.bootstrap.servers", pipeline.bootstrap)
+         .option("topic", pipeline.output).option("kafka.group.id", pipeline.group).mode("append").save())
+
+    batch_write()
+    pipeline.assert_exactly_once()
+    batch_write()  # starts from the group's offsets: nothing new to read, nothing written again
+    pipeline.assert_exactly_once()
