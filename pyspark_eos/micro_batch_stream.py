@@ -40,6 +40,9 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self.planner.options
 
     def initialOffset(self) -> dict:
+        # Join (and so fence an older instance of the pipeline) before reading the group's offsets:
+        # a transaction the old instance still has open then holds them, and is waited out (G5).
+        self.planner.join_group()
         start = self.planner.resolve(self.options.starting, self.planner.kafka.topic_partitions())
         log.info("query starts at %s (startingOffsets: %s)", to_json(start), self.options.starting.kind)
         return to_json(start)
