@@ -5,7 +5,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: test setup broker-jars
+.PHONY: demo test setup broker-jars
+
+## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
+demo: setup
+	$(PY) -m pyspark_eos.example_pipeline
 
 ## test: install everything (venv, package, broker jars) and run the whole test suite
 test: setup

@@ -5,7 +5,7 @@ import logging
 
 from .group_membership import GroupMembership, GroupStamp
 from .input_partition import KafkaInputPartition, input_partitions
-from .offset_planning import OffsetLookups, Offsets, OffsetRange, plan_ranges, resolve_offsets
+from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
 from .provenance import Provenance, record_read

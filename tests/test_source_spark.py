@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality

@@ -1,0 +1,71 @@
+"""Pure logic of the sink: options, input columns, and the commit decision (no broker)."""
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from pyspark_eos.commit_offsets import CommitPlan, Decision, commit_plan, decide
+from pyspark_eos.errors import ConfigurationError, OffsetMismatchError, ProvenanceError
+from pyspark_eos.group_membership import GroupStamp
+from pyspark_eos.group_offsets import Committed
+from pyspark_eos.offset_planning import OffsetRange
+from pyspark_eos.options import SinkOptions
+from pyspark_eos.provenance import Provenance
+from pyspark_eos.sink_records import check_sink_schema
+
+STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
+PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))
+
+
+def test_sink_options_defaults_and_refusals():
+    options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.group.id": "g"})
+    assert options.exactly_once and options.transactional_id_prefix == "eos-kafka"
+    assert options.transaction_timeout_ms == 60000 and options.stable_offsets_timeout_ms == 90000
+    for key in ("kafka.transactional.id", "kafka.enable.idempotence", "kafka.acks"):
+        with pytest.raises(ConfigurationError, match=f"option {key} is not supported by the eos-kafka sink"):
+            SinkOptions.parse({"kafka.bootstrap.servers": "h:1", key: "x"})
+    with pytest.raises(ConfigurationError, match="unknown option"):
+        SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topics": "x"})
+
+
+def schema(*fields):
+    return StructType([StructField(name, kind) for name, kind in fields])
+
+
+@pytest.mark.parametrize("fields, topic, message", [
+    ((("key", BinaryType()),), "t", "has no 'value' column"),
+    ((("value", LongType()),), "t", "column 'value' has type bigint"),
+    ((("value", StringType()), ("partition", LongType())), "t", "column 'partition' has type bigint; the sink needs int"),
+    ((("value", StringType()), ("headers", ArrayType(StringType()))), "t", "column 'headers' has type array<string>"),
+    ((("value", StringType()),), None, "no topic to write to"),
+])
+def test_bad_input_columns_are_named(fields, topic, message):
+    with pytest.raises(ConfigurationError, match=message):
+        check_sink_schema(schema(*fields), topic)
+
+
+def test_good_input_columns_pass():
+    check_sink_schema(schema(("value", BinaryType()), ("key", StringType()), ("topic", StringType()),
+                             ("partition", IntegerType()), ("other", LongType())), None)
+
+
+def test_commit_decision_replay_go_or_mismatch():
+    def at(o0, o1):
+        return {("t", 0): Committed(o0, ""), ("t", 1): Committed(o1, "")}
+
+    assert decide(PLAN, at(10, 5)) is Decision.COMMIT
+    assert decide(PLAN, at(None, None)) is Decision.COMMIT
+    assert decide(PLAN, at(20, 6)) is Decision.ALREADY_COMMITTED
+    for committed in (at(20, 5), at(12, 5), at(30, 6)):
+        with pytest.raises(OffsetMismatchError, match=r"t-0@\d+, t-1@\d+ but this task read t-0\[10,20\)"):
+            decide(PLAN, committed)
+
+
+def test_commit_plan_needs_provenance_and_one_group():
+    with pytest.raises(ProvenanceError, match="shuffle"):
+        commit_plan([], "g")
+    with pytest.raises(ConfigurationError, match="kafka.group.id='g'.*kafka.group.id='other'"):
+        commit_plan([Provenance((OffsetRange("t", 0, 0, 1),), STAMP)], "other")
+    twice = [Provenance((OffsetRange("t", 0, 0, 1),), STAMP)] * 2
+    with pytest.raises(ConfigurationError, match="more than once"):
+        commit_plan(twice, "g")
