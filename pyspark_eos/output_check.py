@@ -22,6 +22,7 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def last_stable_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -57,7 +58,7 @@ def read_committed(bootstrap: str, topic: str, partitions: int = 1, timeout: flo
                     eof_at[message.partition()] = message.offset()
                 continue
             records.append(Record(message.topic(), message.partition(), message.offset(),
-                                  message.key(), message.value()))
+                                  message.key(), message.value(), tuple(message.headers() or ())))
     finally:
         consumer.close()
     return sorted(records, key=lambda r: (r.partition, r.offset))

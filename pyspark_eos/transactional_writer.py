@@ -88,15 +88,18 @@ def write_task(records: Iterable[KafkaRecord], options: SinkOptions) -> EosKafka
 def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker: WorkerProducer) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
     delivery = _DeliveryErrors()
-    files = []
+    files: list = []
+    plan: CommitPlan | None = None
     try:
         worker.producer.begin_transaction()
         count = _produce(worker, records, delivery)
-        plan, files = _input_plan(task, options, count) if options.exactly_once else (None, [])
+        # Only now, with the input exhausted, has every read() of this task recorded its ranges.
+        provenance, files = collect(task.task_attempt_id)
+        plan = _input_plan(provenance, options, count)
         outcome = _commit(worker, options, task, plan, count, delivery)
     except Exception as error:
         _abort(worker, options, error)
-        raise _explain(error, task, worker, delivery) from error
+        raise _explain(error, task, worker, delivery, plan) from error
     finally:
         release(files)  # a retried task is a new attempt: it hands its own ranges over
     message = EosKafkaCommitMessage(task.describe(), worker.transactional_id, count, outcome,
@@ -126,12 +129,10 @@ def _produce(worker: WorkerProducer, records: Iterable[KafkaRecord], delivery: _
     return count
 
 
-def _input_plan(task: TaskInfo, options: SinkOptions, count: int) -> tuple[CommitPlan | None, list]:
-    # Called once the input is exhausted: every read() of this task has recorded its ranges.
-    provenance, files = collect(task.task_attempt_id)
-    if not provenance and count == 0:
-        return None, files  # an empty task (no input partition): nothing to commit
-    return commit_plan(provenance, options.group_id), files
+def _input_plan(provenance: list, options: SinkOptions, count: int) -> CommitPlan | None:
+    if not options.exactly_once or (not provenance and count == 0):
+        return None  # no input offsets to commit: a plain transactional sink, or an empty task
+    return commit_plan(provenance, options.group_id)
 
 
 def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
@@ -171,8 +172,11 @@ def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> No
         discard(options)
 
 
-def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors) -> Exception:
+def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors,
+             plan: CommitPlan | None) -> Exception:
     where = f"{task.describe()}, transactional id {worker.transactional_id!r}"
+    if plan is not None:
+        where += f", input {plan.describe()}"
     if isinstance(error, KafkaException):
         cause = delivery.first or error.args[0].str()
     else:

@@ -1,27 +1,26 @@
-"""Run by test_older_pyspark.py with an older PySpark: a rate-limited eos-kafka stream, as JSON.
+"""Run by test_older_pyspark.py with an older PySpark: a rate-limited eos-kafka -> eos-kafka
+stream; prints how many rows each batch read, as JSON.
 
-Usage: python older_pyspark_job.py BOOTSTRAP TOPIC CHECKPOINT
+Usage: python older_pyspark_job.py BOOTSTRAP INPUT OUTPUT GROUP CHECKPOINT
 """
 import json
 import sys
 
+import pyspark
+
 from pyspark_eos.local_spark import local_spark_session
+from pyspark_eos.writer import EosKafkaStreamWriter
 
-bootstrap, topic, checkpoint = sys.argv[1:4]
+bootstrap, source_topic, sink_topic, group, checkpoint = sys.argv[1:6]
 spark = local_spark_session("local[2]", app_name="eos-kafka older pyspark")
-batches = {}
-
-
-def record(frame, batch_id):
-    batches[batch_id] = sorted(row["offset"] for row in frame.select("offset").collect())
-
-
 frame = (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
-         .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3").load())
-query = frame.writeStream.foreachBatch(record).option("checkpointLocation", checkpoint).start()
+         .option("subscribe", source_topic).option("kafka.group.id", group)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3").load())
+query = (frame.select("key", "value").writeStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", sink_topic).option("kafka.group.id", group).option("checkpointLocation", checkpoint).start())
 query.processAllAvailable()
 query.stop()
-import pyspark  # noqa: E402
-
-print(json.dumps({"pyspark": pyspark.__version__, "batches": [batches[k] for k in sorted(batches)]}))
+rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+print(json.dumps({"pyspark": pyspark.__version__, "rows_per_batch": rows,
+                  "sink_writer": EosKafkaStreamWriter.__mro__[1].__name__}))
 spark.stop()

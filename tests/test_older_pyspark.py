@@ -1,8 +1,9 @@
-"""PySpark 4.0/4.1 have no admission control for Python sources: the options still work there.
+"""Older PySpark: 4.0 and 4.1 have no admission control for Python sources, 4.0 no Arrow writer.
 
-Spark 4.1 calls ``latestOffset()`` with no arguments and never asks for a read limit; the stream
-must then continue from its last end and apply maxOffsetsPerTrigger itself. This runs a real
-PySpark 4.1 in a virtual environment of its own (kept in .cache/ between runs).
+Spark 4.0/4.1 call ``latestOffset()`` with no arguments and never ask for a read limit; the
+stream must then continue from its last end and apply maxOffsetsPerTrigger itself. On 4.0 the
+sink receives Rows instead of Arrow batches. Each version runs a real eos-kafka -> eos-kafka job
+in a virtual environment of its own (kept in .cache/ between runs).
 """
 from __future__ import annotations
 
@@ -15,40 +16,40 @@ import pytest
 
 from pyspark_eos.project_files import cache_dir
 
-from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
+from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, unique_name, write_transactions
 
-OLDER_PYSPARK = "4.1.4"
 CHECKOUT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.older_pyspark
 
 
-def older_pyspark_python() -> Path:
-    home = cache_dir() / f"venv-pyspark-{OLDER_PYSPARK}"
+def older_pyspark_python(version: str) -> Path:
+    home = cache_dir() / f"venv-pyspark-{version}"
     python = home / "bin" / "python"
     marker = home / ".complete"
     if not marker.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(home)
         pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run(pip + [f"pyspark=={OLDER_PYSPARK}", "confluent-kafka", "pyarrow"], check=True, timeout=900)
+        subprocess.run(pip + [f"pyspark=={version}", "confluent-kafka", "pyarrow", "pandas"], check=True, timeout=900)
         subprocess.run(pip + ["--no-deps", "-e", str(CHECKOUT), "--config-settings", "editable_mode=compat"],
                        check=True, timeout=300)
-        marker.write_text(OLDER_PYSPARK)
+        marker.write_text(version)
     return python
 
 
-def test_max_offsets_per_trigger_works_through_the_older_api(kafka, tmp_path):
+@pytest.mark.parametrize("version, writer", [("4.1.4", "DataSourceStreamArrowWriter"), ("4.0.5", "DataSourceStreamWriter")])
+def test_rate_limited_exactly_once_pipeline_on_older_pyspark(kafka, tmp_path, version, writer):
     bootstrap = kafka.bootstrap_servers
-    topic = create_topic(bootstrap, unique_name("older"))
+    source, sink, group = create_topic(bootstrap, unique_name("older")), create_topic(bootstrap, unique_name("out")), unique_name("g")
     # 0-4 committed, 5 marker, 6-7 aborted, 8 marker, 9-10 committed, 11 marker
-    write_transactions(bootstrap, topic, [(True, [(0, b"a%d" % i) for i in range(5)]),
-                                          (False, [(0, b"x"), (0, b"y")]),
-                                          (True, [(0, b"b0"), (0, b"b1")])])
-    result = subprocess.run([str(older_pyspark_python()), str(CHECKOUT / "tests" / "older_pyspark_job.py"),
-                             bootstrap, topic, str(tmp_path / "checkpoint")],
+    write_transactions(bootstrap, source, [(True, [(0, b"a%d" % i) for i in range(5)]),
+                                           (False, [(0, b"x"), (0, b"y")]),
+                                           (True, [(0, b"b0"), (0, b"b1")])])
+    result = subprocess.run([str(older_pyspark_python(version)), str(CHECKOUT / "tests" / "older_pyspark_job.py"),
+                             bootstrap, source, sink, group, str(tmp_path / "checkpoint")],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-5000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
-    assert outcome["pyspark"] == OLDER_PYSPARK
-    batches = [batch for batch in outcome["batches"] if batch]
-    assert batches == [[0, 1, 2], [3, 4], [9, 10]]
-    assert sorted(o for b in batches for o in b) == [r.offset for r in read_committed(bootstrap, topic)]
+    assert (outcome["pyspark"], outcome["sink_writer"]) == (version, writer)
+    assert outcome["rows_per_batch"] == [3, 2, 2]  # [0,3) [3,6) [6,9): only aborted records, [9,12)
+    assert sorted(r.value for r in read_committed(bootstrap, sink)) == sorted(r.value for r in read_committed(bootstrap, source))
+    assert committed_offsets(bootstrap, group, source, 1) == last_stable_offsets(bootstrap, source, 1)

@@ -139,3 +139,20 @@ def test_a_batch_write_commits_the_input_offsets_once(spark, pipeline):
     pipeline.assert_exactly_once()
     batch_write()  # starts from the group's offsets: nothing new to read, nothing written again
     pipeline.assert_exactly_once()
+
+
+def test_topic_partition_key_and_headers_columns_are_written_as_given(spark, kafka):
+    bootstrap = kafka.bootstrap_servers
+    first, second = (create_topic(bootstrap, unique_name("cols"), partitions=3) for _ in range(2))
+    rows = [(first, 2, "k1", "v1", [("h", bytearray(b"x"))]), (second, 0, None, "v2", None),
+            (second, 1, "k3", "v3", [("a", None), ("b", bytearray(b"y"))])]
+    frame = spark.createDataFrame(rows, "topic string, partition int, key string, value string, "
+                                        "headers array<struct<key: string, value: binary>>")
+    # No kafka.group.id: a plain transactional write, one transaction per task, no input offsets.
+    frame.write.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap).mode("append").save()
+    written = read_committed(bootstrap, first, 3) + read_committed(bootstrap, second, 3)
+    assert [(r.topic, r.partition, r.key, r.value, r.headers) for r in written] == [
+        (first, 2, b"k1", b"v1", (("h", b"x"),)),
+        (second, 0, None, b"v2", ()),
+        (second, 1, b"k3", b"v3", (("a", None), ("b", b"y"))),
+    ]

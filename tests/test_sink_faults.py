@@ -50,3 +50,21 @@ def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_
     restarted = run_driver(pipeline)
     assert restarted.returncode == 0, restarted.stderr[-4000:]
     pipeline.assert_exactly_once()
+
+
+@pytest.mark.spark_local_cluster
+def test_a_fenced_producer_is_rebuilt_and_its_task_retried(spark_cluster, kafka, tmp_path):
+    from confluent_kafka import Producer
+
+    from .kafka_tools import transactional_ids, unique_name
+
+    pipeline = Pipeline(kafka, tmp_path, rounds=4)
+    options = {"transactionalIdPrefix": unique_name("fenced"), **FAST_TIMEOUT}
+    pipeline.run(spark_cluster, sink_options=options)
+    ids = transactional_ids(pipeline.bootstrap, options["transactionalIdPrefix"])
+    assert ids
+    for transactional_id in ids:  # bumps each id's epoch: every worker's cached producer is now a zombie
+        Producer({"bootstrap.servers": pipeline.bootstrap, "transactional.id": transactional_id}).init_transactions(30)
+    pipeline.add_input(4, 3)
+    pipeline.run(spark_cluster, sink_options=options)
+    pipeline.assert_exactly_once()
