@@ -179,3 +179,18 @@ def test_kafka_options_reach_the_kafka_clients(spark, kafka, mixed_topic):
              .option("subscribe", mixed_topic).option("kafka.fetch.wait.max.ms", "not-a-number").load())
     with pytest.raises(Exception, match="fetch.wait.max.ms"):
         frame.collect()
+
+
+def test_subscribe_pattern_reads_every_matching_topic_and_joins_the_group(spark, kafka, tmp_path):
+    bootstrap = kafka.bootstrap_servers
+    prefix = unique_name("pat")
+    topics = [create_topic(bootstrap, f"{prefix}-{suffix}") for suffix in ("a", "b")]
+    create_topic(bootstrap, f"other-{prefix}")
+    for topic in topics + [f"other-{prefix}"]:
+        write_transactions(bootstrap, topic, [(True, [(0, topic.encode())])])
+    recorder = BatchRecorder()
+    frame = (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribePattern", f"{prefix}-.*").option("startingOffsets", "earliest")
+             .option("kafka.group.id", unique_name("g")).load())
+    run_available_now(frame, str(tmp_path / "checkpoint"), recorder)
+    assert sorted(value for _, _, value in recorder.all_rows()) == sorted(t.encode() for t in topics)
