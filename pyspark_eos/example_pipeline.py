@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .embedded_kafka import EmbeddedKafkaCluster
 from .fault_injection import WORKER_BEFORE_COMMIT, arm
-from .local_spark import local_spark_session
+from .local_spark import executor_local_dirs, local_spark_session
 from .output_check import committed_offsets, last_stable_offsets, read_committed
 
 log = logging.getLogger("pyspark_eos.example")
@@ -126,11 +126,7 @@ def verify(bootstrap: str, committed: list[bytes], aborted: int, partitions: int
 
 
 def arm_crash(spark) -> list[Path]:
-    import os
-
-    tasks = spark.sparkContext.parallelize(range(4), 4)
-    directories = set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())
-    return [arm(WORKER_BEFORE_COMMIT, directory) for directory in sorted(directories)[:1]]
+    return [arm(WORKER_BEFORE_COMMIT, directory) for directory in sorted(executor_local_dirs(spark))[:1]]
 
 
 def run(records: int, partitions: int, crash: bool, work_dir: Path) -> Report:

@@ -67,6 +67,13 @@ def _artifact(jar_name: str) -> str:
     return re.sub(r"-\d[^-]*(-[^-]*)?\.jar$", "", jar_name)
 
 
+def executor_local_dirs(spark) -> set[str]:
+    """``SPARK_LOCAL_DIRS`` as the Python workers of each executor see it (the driver's in local
+    mode): where fault injection is armed and task-local files live."""
+    tasks = spark.sparkContext.parallelize(range(16), 16)
+    return set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())
+
+
 def executor_ids(spark) -> set[str]:
     """Ids of the executors registered with the driver (the driver itself excluded)."""
     ids = spark.sparkContext._jsc.sc().getExecutorIds()

@@ -2,17 +2,15 @@
 
 Usage: python driver_job.py BOOTSTRAP INPUT OUTPUT GROUP CHECKPOINT [ARM_DRIVER_CRASH]
 """
-import os
 import sys
 
 from pyspark_eos.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
-from pyspark_eos.local_spark import local_spark_session
+from pyspark_eos.local_spark import executor_local_dirs, local_spark_session
 
 bootstrap, source_topic, sink_topic, group, checkpoint = sys.argv[1:6]
 spark = local_spark_session("local[2]", app_name="eos-kafka driver job")
 if len(sys.argv) > 6:
-    for directory in set(spark.sparkContext.parallelize(range(4), 4)
-                         .map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect()):
+    for directory in executor_local_dirs(spark):
         arm(DRIVER_AFTER_KAFKA_COMMIT, directory)
 frame = (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("subscribe", source_topic).option("kafka.group.id", group)

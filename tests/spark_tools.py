@@ -112,10 +112,3 @@ class Pipeline:
         assert committed_offsets(self.bootstrap, self.group, self.input, PARTITIONS) == \
             last_stable_offsets(self.bootstrap, self.input, PARTITIONS)
 
-
-def executor_local_dirs(spark) -> set[str]:
-    """SPARK_LOCAL_DIRS as the Python workers of each executor see it."""
-    import os
-
-    tasks = spark.sparkContext.parallelize(range(16), 16)
-    return set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())

@@ -9,7 +9,9 @@ import pytest
 
 from pyspark_eos.fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_BEFORE_COMMIT, arm
 
-from .spark_tools import Pipeline, executor_local_dirs
+from pyspark_eos.local_spark import executor_local_dirs
+
+from .spark_tools import Pipeline
 
 DRIVER_JOB = Path(__file__).resolve().parent / "driver_job.py"
 
