@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup broker-jars
+.PHONY: demo test setup broker-jars dist
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -27,3 +27,7 @@ $(STAMP): setup.cfg pyproject.toml
 ## broker-jars: download the pinned Apache Kafka broker jars with Maven (once)
 broker-jars: $(STAMP)
 	$(PY) -m pyspark_eos.embedded_kafka fetch-jars
+
+## dist: build the wheel (pip), the zip (--py-files) and the Maven artifact (--packages) into dist/
+dist: $(STAMP)
+	$(PY) -m pyspark_eos.distribution --out dist

@@ -4,7 +4,10 @@
 :class:`DefaultSource` through Spark's discovery of ``pyspark_*`` packages.
 """
 from .data_source import FORMAT_NAME, EosKafkaDataSource
-from .errors import ConfigurationError, EmbeddedKafkaError, EosKafkaError
+from .errors import ConfigurationError, EmbeddedKafkaError, EosKafkaError, MissingDependencyError
+from .registration import register
+
+__version__ = "0.1.0.dev0"
 
 DefaultSource = EosKafkaDataSource
 
@@ -15,4 +18,6 @@ __all__ = [
     "EosKafkaError",
     "ConfigurationError",
     "EmbeddedKafkaError",
+    "MissingDependencyError",
+    "register",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from .dependencies import require_confluent_kafka
 from .errors import ConfigurationError
 from .kafka_schema import kafka_schema
 from .options import SinkOptions, SourceOptions, parse_bool
@@ -24,6 +25,7 @@ class EosKafkaDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark calls schema() at load(): checking the source options here makes a bad option fail
         # there, before any query starts.
+        require_confluent_kafka()
         SourceOptions.parse(self.options, streaming=None)
         return kafka_schema(include_headers=parse_bool(self.options, "includeHeaders", default=False))
 
@@ -41,7 +43,6 @@ class EosKafkaDataSource(DataSource):
         _check_schema(schema, options.include_headers)
         return KafkaMicroBatchStream(options)
 
-
     def writer(self, schema: StructType, overwrite: bool):
         from .writer import EosKafkaBatchWriter
 
@@ -54,6 +55,7 @@ class EosKafkaDataSource(DataSource):
 
 
 def _sink_options(options, schema: StructType) -> SinkOptions:
+    require_confluent_kafka()
     parsed = SinkOptions.parse(options)
     check_sink_schema(schema, parsed.topic)
     return parsed

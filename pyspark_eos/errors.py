@@ -48,3 +48,7 @@ class UnassignedPartitionError(EosKafkaError):
 
 class TransactionFailedError(EosKafkaError):
     """A task's Kafka transaction failed and was aborted; none of its records are visible."""
+
+
+class MissingDependencyError(EosKafkaError):
+    """A Python package eos-kafka needs is missing, or too old, where Spark runs its code."""

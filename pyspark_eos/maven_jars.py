@@ -67,20 +67,24 @@ class MavenJars:
 
 
 def _copy_dependencies(pom: Path, target: Path) -> None:
+    run_maven(["-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={target}"],
+              f"download the jars of {pom.name}")
+
+
+def run_maven(arguments: list[str], what: str) -> None:
+    """Run ``mvn`` in batch mode; raise with the tail of its output when it fails."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise EmbeddedKafkaError(
-            "Maven (mvn) is not on PATH: it is needed once to download jars from Maven Central; "
-            "install Maven 3.8+ (Debian: apt-get install maven) and try again"
+            f"Maven (mvn) is not on PATH: it is needed to {what}; install Maven 3.8+ "
+            "(Debian: apt-get install maven) and try again"
         )
-    command = [mvn, "--batch-mode", "--no-transfer-progress", "-f", str(pom), "dependency:copy-dependencies",
-               "-DincludeScope=runtime", f"-DoutputDirectory={target}"]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run([mvn, "--batch-mode", "--no-transfer-progress", *arguments], capture_output=True, text=True)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-25:])
         raise EmbeddedKafkaError(
-            f"Maven could not download the jars of {pom.name} (exit {result.returncode}); check that Maven "
-            f"Central is reachable. Last lines of its output:\n{tail}"
+            f"Maven could not {what} (exit {result.returncode}); check that Maven Central is reachable. "
+            f"Last lines of its output:\n{tail}"
         )
 
 

@@ -9,31 +9,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import venv
 from pathlib import Path
 
 import pytest
 
-from pyspark_eos.project_files import cache_dir
-
 from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, unique_name, write_transactions
+from .virtualenvs import CHECKOUT, virtualenv
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.older_pyspark
 
 
 def older_pyspark_python(version: str) -> Path:
-    home = cache_dir() / f"venv-pyspark-{version}"
-    python = home / "bin" / "python"
-    marker = home / ".complete"
-    if not marker.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(home)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run(pip + [f"pyspark=={version}", "confluent-kafka", "pyarrow", "pandas"], check=True, timeout=900)
-        subprocess.run(pip + ["--no-deps", "-e", str(CHECKOUT), "--config-settings", "editable_mode=compat"],
-                       check=True, timeout=300)
-        marker.write_text(version)
-    return python
+    return virtualenv(f"pyspark-{version}", [f"pyspark=={version}", "confluent-kafka", "pyarrow", "pandas"],
+                      ["--no-deps", "-e", str(CHECKOUT), "--config-settings", "editable_mode=compat"])
 
 
 @pytest.mark.parametrize("version, writer", [("4.1.4", "DataSourceStreamArrowWriter"), ("4.0.5", "DataSourceStreamWriter")])

@@ -41,3 +41,27 @@ def test_free_ports_are_distinct_and_cluster_ids_are_kafka_uuids():
     assert len(set(ports)) == 6
     cluster_ids = [random_cluster_id() for _ in range(2000)]
     assert all(len(c) == 22 and "=" not in c and not c.startswith("-") for c in cluster_ids)
+
+
+def test_the_confluent_kafka_minimum_matches_the_install_requirement():
+    from configparser import ConfigParser
+    from pathlib import Path
+
+    from pyspark_eos.dependencies import CONFLUENT_KAFKA_MINIMUM, require_confluent_kafka
+
+    setup = ConfigParser()
+    setup.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    wanted = ".".join(map(str, CONFLUENT_KAFKA_MINIMUM))
+    assert f"confluent-kafka>={wanted}" in setup["options"]["install_requires"].split()
+    require_confluent_kafka()  # the test environment's client is new enough
+
+
+def test_an_old_confluent_kafka_is_refused_with_what_to_install(monkeypatch):
+    import confluent_kafka
+
+    from pyspark_eos.dependencies import require_confluent_kafka
+    from pyspark_eos.errors import MissingDependencyError
+
+    monkeypatch.setattr(confluent_kafka, "__version__", "2.5.3")
+    with pytest.raises(MissingDependencyError, match=r"2\.6 or newer; .* has 2\.5\.3: install it with `pip install"):
+        require_confluent_kafka()

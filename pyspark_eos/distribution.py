@@ -1,0 +1,106 @@
+"""Building what users install: a wheel for pip, a zip for ``spark-submit --py-files`` and a
+Maven artifact for ``spark-submit --packages``.
+
+Spark puts ``--py-files`` entries and ``--packages`` jars on the Python path of the driver and
+of every executor's workers, but only files ending in .zip, .egg or .jar (a .whl is copied and
+never imported from). The jar is the package's ``.py`` files at the archive root, the way Python
+Spark packages ship; Maven deploys it, with a generated pom, into a repository directory that
+``--repositories file://...`` points at.
+
+    python -m pyspark_eos.distribution [--out dist]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .maven_jars import run_maven
+
+log = logging.getLogger(__name__)
+
+MAVEN_GROUP = "io.github.eoskafka"
+MAVEN_ARTIFACT = "pyspark-eos-kafka"
+MAVEN_COORDINATES = f"{MAVEN_GROUP}:{MAVEN_ARTIFACT}:{__version__}"
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_CHECKOUT = _PACKAGE_DIR.parent
+# Fixed entry times make two builds of the same sources byte-identical.
+_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+_MANIFEST = f"Manifest-Version: 1.0\nImplementation-Title: {MAVEN_ARTIFACT}\nImplementation-Version: {__version__}\n"
+
+
+@dataclass(frozen=True)
+class Distribution:
+    wheel: Path
+    zip: Path
+    jar: Path
+    maven_repository: Path
+    maven_coordinates: str = MAVEN_COORDINATES
+
+
+def build(out: Path) -> Distribution:
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = build_wheel(out)
+    archive = write_archive(out / f"pyspark_eos-{__version__}.zip")
+    jar = write_archive(out / f"{MAVEN_ARTIFACT}-{__version__}.jar", {"META-INF/MANIFEST.MF": _MANIFEST})
+    repository = out / "maven-repo"
+    deploy(jar, repository)
+    return Distribution(wheel, archive, jar, repository)
+
+
+def build_wheel(out: Path) -> Path:
+    log.info("building the wheel into %s", out)
+    for old in out.glob("pyspark_eos_kafka-*.whl"):
+        old.unlink()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
+                    str(_CHECKOUT)], check=True)
+    (wheel,) = out.glob(f"pyspark_eos_kafka-{__version__}-*.whl")
+    return wheel
+
+
+def package_files() -> list[Path]:
+    return sorted(path for path in _PACKAGE_DIR.rglob("*.py") if "__pycache__" not in path.parts)
+
+
+def write_archive(path: Path, extra: dict[str, str] | None = None) -> Path:
+    """The ``pyspark_eos`` package at the root of a zip (or jar) archive."""
+    log.info("writing %s", path)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, text in (extra or {}).items():
+            archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), text)
+        for source in package_files():
+            name = source.relative_to(_CHECKOUT).as_posix()
+            archive.writestr(zipfile.ZipInfo(name, _ZIP_TIME), source.read_bytes(), zipfile.ZIP_DEFLATED)
+    return path
+
+
+def deploy(jar: Path, repository: Path) -> None:
+    log.info("deploying %s into the Maven repository %s", MAVEN_COORDINATES, repository)
+    run_maven(["org.apache.maven.plugins:maven-deploy-plugin:3.1.2:deploy-file", f"-Dfile={jar}",
+               f"-DgroupId={MAVEN_GROUP}", f"-DartifactId={MAVEN_ARTIFACT}", f"-Dversion={__version__}",
+               "-Dpackaging=jar", "-DgeneratePom=true", f"-Durl={repository.as_uri()}",
+               "-DrepositoryId=eos-kafka-local"], f"deploy {jar.name} into {repository}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.distribution", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=_CHECKOUT / "dist", help="output directory (default: dist/)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    built = build(args.out)
+    print(f"wheel            {built.wheel}")
+    print(f"--py-files       {built.zip}")
+    print(f"--packages       {built.maven_coordinates}")
+    print(f"--repositories   {built.maven_repository.as_uri()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Virtual environments of their own for tests that run a different PySpark, or a Python without
+eos-kafka installed. Kept in .cache/ once complete; a change of what is installed gets a new one."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import venv
+from importlib.metadata import version
+from pathlib import Path
+
+from pyspark_eos.project_files import cache_dir
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def virtualenv(name: str, *installs: list[str], home: Path | None = None) -> Path:
+    """The python of a virtual environment in which each list of ``pip install`` arguments ran."""
+    if home is None:
+        digest = hashlib.sha256(repr(installs).encode()).hexdigest()[:10]
+        home = cache_dir() / f"venv-{name}-{digest}"
+    python = home / "bin" / "python"
+    marker = home / ".complete"
+    if not marker.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(home)
+        for arguments in installs:
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", *arguments], check=True, timeout=900)
+        marker.write_text(repr(installs))
+    return python
+
+
+def pinned(*distributions: str) -> list[str]:
+    """Requirements pinned to the versions this test environment runs, so pip takes them from its cache."""
+    return [f"{name}=={version(name)}" for name in distributions]
