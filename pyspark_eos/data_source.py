@@ -46,6 +46,11 @@ class EosKafkaDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool):
         from .writer import EosKafkaBatchWriter
 
+        if overwrite:
+            # Records in a Kafka topic cannot be replaced; Spark's own Kafka sink refuses it too.
+            raise ConfigurationError('the eos-kafka sink cannot overwrite a Kafka topic, only append to it; '
+                                     'use .mode("append")')
+
         return EosKafkaBatchWriter(_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool):

@@ -314,7 +314,9 @@ class EmbeddedKafkaCluster:
         }
         template = string.Template((conf_dir() / "server.properties").read_text())
         text = template.substitute(values)
-        text += "".join(f"{key}={value}\n" for key, value in self.overrides.items())
+        # Overrides may name the node's own ports and directories, e.g. to add a listener.
+        text += "".join(f"{key}={string.Template(str(value)).substitute(values)}\n"
+                        for key, value in self.overrides.items())
         node.config_path.write_text(text)
 
     def _quorum_setting(self) -> str:

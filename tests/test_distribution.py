@@ -19,10 +19,9 @@ from pyspark_eos.local_spark import LOCAL, LOCAL_CLUSTER
 from pyspark_eos.project_files import conf_dir
 
 from .spark_tools import Pipeline
-from .virtualenvs import CHECKOUT, pinned, virtualenv
+from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
 
 SUBMIT_JOB = CHECKOUT / "tests" / "submit_job.py"
-RUNTIME = ("pyspark", "confluent-kafka", "pyarrow")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ def assert_imported_from(outcome: dict, archive: str, executors: int = 1) -> Non
 
 
 def test_a_pip_installed_wheel_needs_no_other_step(kafka, tmp_path, dist):
-    python = virtualenv("wheel", [str(dist.wheel), "--constraint", str(constraints(tmp_path))], home=tmp_path / "venv")
+    python = virtualenv("wheel", [str(dist.wheel), "--constraint", str(constraints_file(tmp_path))], home=tmp_path / "venv")
     pipeline = Pipeline(kafka, tmp_path)
     outcome = report(spark_submit(python, [], pipeline))
     assert_imported_from(outcome, str(tmp_path / "venv" / "lib"))
@@ -98,9 +97,3 @@ def test_load_says_what_to_install_when_confluent_kafka_is_missing(kafka, tmp_pa
     assert "MissingDependencyError: eos-kafka needs confluent-kafka" in output, output[-4000:]
     assert "pip install 'confluent-kafka>=2.6'" in output
     assert pipeline.output_values() == []
-
-
-def constraints(tmp_path: Path) -> Path:
-    path = tmp_path / "constraints.txt"
-    path.write_text("\n".join(pinned(*RUNTIME)) + "\n")
-    return path

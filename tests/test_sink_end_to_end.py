@@ -141,6 +141,14 @@ def test_a_batch_write_commits_the_input_offsets_once(spark, pipeline):
     pipeline.assert_exactly_once()
 
 
+def test_overwrite_is_refused_as_spark_kafka_sink_does(spark, pipeline):
+    frame = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="cannot overwrite a Kafka topic"):
+        (frame.write.format("eos-kafka").option("kafka.bootstrap.servers", pipeline.bootstrap)
+         .option("topic", pipeline.output).mode("overwrite").save())
+    assert pipeline.output_values() == []
+
+
 def test_topic_partition_key_and_headers_columns_are_written_as_given(spark, kafka):
     bootstrap = kafka.bootstrap_servers
     first, second = (create_topic(bootstrap, unique_name("cols"), partitions=3) for _ in range(2))

@@ -11,6 +11,8 @@ from pathlib import Path
 from pyspark_eos.project_files import cache_dir
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+# What eos-kafka needs at run time (setup.cfg install_requires).
+RUNTIME = ("pyspark", "confluent-kafka", "pyarrow")
 
 
 def virtualenv(name: str, *installs: list[str], home: Path | None = None) -> Path:
@@ -31,3 +33,10 @@ def virtualenv(name: str, *installs: list[str], home: Path | None = None) -> Pat
 def pinned(*distributions: str) -> list[str]:
     """Requirements pinned to the versions this test environment runs, so pip takes them from its cache."""
     return [f"{name}=={version(name)}" for name in distributions]
+
+
+def constraints_file(directory: Path) -> Path:
+    """A pip constraints file pinning the runtime dependencies to this test environment's versions."""
+    path = directory / "constraints.txt"
+    path.write_text("\n".join(pinned(*RUNTIME, "py4j")) + "\n")
+    return path

@@ -1,0 +1,276 @@
+"""Every code block of README.md and docs/*.md runs, against a real broker and real Spark.
+
+How a page runs, in order of its blocks:
+
+- ``python`` blocks share one namespace per page holding ``spark`` (a SparkSession),
+  ``bootstrap_servers`` and ``checkpoints`` (a fresh directory), as the pages say they assume.
+  A block whose first line is a comment naming a ``.py`` file (``# my_job.py``) is written to that
+  file in the page's working directory instead, for a later ``spark-submit``.
+- ``bash`` blocks run with ``bash -euo pipefail`` in the page's working directory (which links
+  ``dist/`` and ``.venv/`` of the checkout), with ``KAFKA_BOOTSTRAP_SERVERS`` and ``CHECKPOINTS``
+  set; blocks that run ``make`` run in the checkout.
+- ``<!-- docs-test: ... -->`` lines (invisible on the rendered page) prepare what a page's
+  examples need: ``input TOPIC/PARTITIONS/RECORDS`` (committed records, and an aborted
+  transaction a reader must skip), ``topics TOPIC/PARTITIONS``, ``refill TOPIC`` (that many
+  records more before each block that runs spark-submit), ``exactly-once IN -> OUT GROUP``
+  (checked after the page with a plain read_committed consumer), ``broker secured`` (a broker of
+  its own with SASL/PLAIN and ACL authorization) and ``python runtime`` (bash blocks get a fresh
+  virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH).
+
+Two blocks are not run here, and the test checks who runs them: ``make test`` is what CI runs
+(.ci/run) and ``make demo`` is run by test_example_pipeline.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pyspark_eos import errors
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, free_ports
+from pyspark_eos.options import SINK_OPTIONS, SOURCE_OPTIONS
+from pyspark_eos.project_files import conf_dir
+
+from .kafka_tools import (committed_offsets, create_topic, kafka_tool_command, last_stable_offsets, read_committed,
+                          write_transactions)
+from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
+
+PAGES = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```(\S*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+DIRECTIVE = re.compile(r"^<!-- docs-test: (.*?) -->$", re.MULTILINE)
+FILE_BLOCK = re.compile(r"\A# (\S+\.py)\n")
+RUN_ELSEWHERE = {
+    "make test\n": (CHECKOUT / ".ci" / "run", "make test"),
+    "make demo\n": (CHECKOUT / "tests" / "test_example_pipeline.py", '["make", "demo"]'),
+}
+PIPELINE_USER, PIPELINE_PASSWORD = "pipeline", "pipeline-secret"
+ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-secret"
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int
+    language: str
+    code: str
+
+    def __str__(self) -> str:
+        return f"{self.page.relative_to(CHECKOUT)}:{self.line}"
+
+
+@dataclass
+class Page:
+    path: Path
+    blocks: list[Block]
+    directives: list[list[str]] = field(default_factory=list)
+
+    def wants(self, name: str) -> list[list[str]]:
+        return [d[1:] for d in self.directives if d[0] == name]
+
+
+def read_page(path: Path) -> Page:
+    text = path.read_text()
+    blocks = [Block(path, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)) for m in BLOCK.finditer(text)]
+    return Page(path, blocks, [d.split() for d in DIRECTIVE.findall(text)])
+
+
+def page_id(path: Path) -> str:
+    return str(path.relative_to(CHECKOUT))
+
+
+def test_every_code_block_is_python_or_bash():
+    blocks = [block for path in PAGES for block in read_page(path).blocks]
+    assert blocks
+    assert [str(b) for b in blocks if b.language not in ("python", "bash")] == []
+
+
+def test_blocks_run_elsewhere_are_run_there():
+    for command, (runner, text) in RUN_ELSEWHERE.items():
+        assert text in runner.read_text(), f"{runner} no longer runs `{command.strip()}`"
+
+
+def test_the_option_tables_list_every_option():
+    source, sink = (CHECKOUT / "docs" / "source.md").read_text(), (CHECKOUT / "docs" / "sink.md").read_text()
+    assert [o for o in SOURCE_OPTIONS if f"`{o}`" not in source] == []
+    assert [o for o in SINK_OPTIONS if o not in ("checkpointLocation", "path") and f"`{o}`" not in sink] == []
+
+
+def test_the_troubleshooting_page_covers_every_error_class():
+    page = (CHECKOUT / "docs" / "troubleshooting.md").read_text()
+    names = [name for name, value in vars(errors).items() if isinstance(value, type) and issubclass(value, Exception)]
+    assert [n for n in names if n != "EosKafkaError" and n not in page] == []
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if read_page(p).blocks], ids=page_id)
+def test_the_page_runs(path, kafka, spark, tmp_path, monkeypatch):
+    page = read_page(path)
+    with page_broker(page, kafka.bootstrap_servers, tmp_path) as broker:
+        runner = PageRunner(page, broker, spark, tmp_path)
+        runner.prepare()
+        for block in page.blocks:
+            runner.run(block)
+        runner.check()
+
+
+# ----------------------------------------------------------------------------------- brokers
+
+@dataclass
+class Broker:
+    bootstrap_servers: str      # what the page's examples connect to
+    admin_bootstrap: str        # where the test prepares and checks topics
+    client_config: dict
+
+
+class page_broker:
+    """The session's broker, or for ``broker secured`` one of its own with a SASL listener."""
+
+    def __init__(self, page: Page, shared: str, tmp_path: Path):
+        self.page, self.shared, self.tmp_path, self.cluster = page, shared, tmp_path, None
+
+    def __enter__(self) -> Broker:
+        if not self.page.wants("broker"):
+            return Broker(self.shared, self.shared, {})
+        (sasl_port,) = free_ports(1)
+        self.cluster = EmbeddedKafkaCluster(nodes=1, directory=self.tmp_path / "kafka",
+                                            overrides=secured_overrides(sasl_port)).start()
+        secured = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                   "sasl.username": PIPELINE_USER, "sasl.password": PIPELINE_PASSWORD}
+        return Broker(f"127.0.0.1:{sasl_port}", self.cluster.bootstrap_servers, secured)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+def secured_overrides(sasl_port: int) -> dict[str, str]:
+    # The plaintext listener stays for the brokers' own traffic and the test's set-up, as a super
+    # user; the examples connect through SASL/PLAIN as users whose rights are only their ACLs.
+    users = " ".join(f'user_{u}="{p}"' for u, p in ((PIPELINE_USER, PIPELINE_PASSWORD), (ADMIN_USER, ADMIN_PASSWORD)))
+    return {
+        "listeners": f"PLAINTEXT://127.0.0.1:${{broker_port}},CONTROLLER://127.0.0.1:${{controller_port}},"
+                     f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:${{broker_port}},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:ANONYMOUS;User:{ADMIN_USER}",
+    }
+
+
+# ------------------------------------------------------------------------------------ a page
+
+class PageRunner:
+    def __init__(self, page: Page, broker: Broker, spark, tmp_path: Path):
+        self.page, self.broker, self.spark = page, broker, spark
+        self.workdir = tmp_path / "work"
+        self.checkpoints = tmp_path / "checkpoints"
+        self.namespace = {"spark": spark, "bootstrap_servers": broker.bootstrap_servers,
+                          "checkpoints": str(self.checkpoints)}
+        self.inputs = {name: (int(partitions), int(records))
+                       for name, partitions, records in (spec[0].split("/") for spec in page.wants("input"))}
+        self.partitions = {name: int(partitions) for name, partitions in (spec[0].split("/") for spec in page.wants("topics"))}
+        self.partitions.update({name: partitions for name, (partitions, _) in self.inputs.items()})
+        self.written: dict[str, int] = {}
+        self.env = self._bash_env(tmp_path)
+
+    def prepare(self) -> None:
+        self.workdir.mkdir()
+        self.checkpoints.mkdir()
+        for link in ("dist", ".venv"):
+            (self.workdir / link).symlink_to(CHECKOUT / link)
+        for name, (partitions, _) in self.inputs.items():
+            create_topic(self.broker.admin_bootstrap, name, partitions=partitions)
+            self._write_input(name)
+        for name, partitions in self.partitions.items():
+            if name not in self.inputs:
+                create_topic(self.broker.admin_bootstrap, name, partitions=partitions)
+
+    def run(self, block: Block) -> None:
+        if block.code in RUN_ELSEWHERE:
+            return
+        if block.language == "python":
+            self._run_python(block)
+        else:
+            self._run_bash(block)
+
+    def check(self) -> None:
+        for source, _, sink, group in self.page.wants("exactly-once"):
+            bootstrap = self.broker.admin_bootstrap
+            partitions = self.partitions[source]
+            inputs = read_committed(bootstrap, source, partitions)
+            outputs = [r.value for r in read_committed(bootstrap, sink, self.partitions[sink])]
+            assert len(outputs) == len(inputs) and len(set(outputs)) == len(outputs), (len(inputs), outputs)
+            assert committed_offsets(bootstrap, group, source, partitions) == \
+                last_stable_offsets(bootstrap, source, partitions)
+
+    def _run_python(self, block: Block) -> None:
+        named = FILE_BLOCK.match(block.code)
+        if named:
+            (self.workdir / named.group(1)).write_text(block.code)
+            return
+        cwd = os.getcwd()
+        os.chdir(self.workdir)
+        try:
+            exec(compile(block.code, str(block), "exec"), self.namespace)
+        finally:
+            os.chdir(cwd)
+
+    def _run_bash(self, block: Block) -> None:
+        if "spark-submit" in block.code:
+            for (topic,) in self.page.wants("refill"):
+                self._write_input(topic)
+        cwd = CHECKOUT if block.code.startswith("make ") else self.workdir
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=cwd, env=self.env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"{block} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+
+    def _write_input(self, topic: str) -> None:
+        partitions, records = self.inputs[topic]
+        done = self.written.get(topic, 0)
+        self.written[topic] = done + records
+        values = [(i % partitions, b"%s-%d" % (topic.encode(), done + i)) for i in range(records)]
+        half = len(values) // 2
+        write_transactions(self.broker.admin_bootstrap, topic,
+                           [(True, values[:half]), (False, [(0, b"aborted")]), (True, values[half:])])
+
+    def _bash_env(self, tmp_path: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV")}
+        env.update(KAFKA_BOOTSTRAP_SERVERS=self.broker.bootstrap_servers, CHECKPOINTS=str(self.checkpoints),
+                   TMPDIR=str(tmp_path))
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        kafka_tool_script(tools / "kafka-acls.sh", "org.apache.kafka.tools.AclCommand")
+        path = [str(tools)]
+        if self.page.wants("python"):
+            python = virtualenv("docs-runtime", pinned(*RUNTIME),
+                                home=tmp_path / "runtime")
+            path.insert(0, str(python.parent))
+            env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python),
+                       SPARK_CONF_DIR=str(spark_conf_dir(tmp_path)), SPARK_LOCAL_IP="127.0.0.1",
+                       PIP_CONSTRAINT=str(constraints_file(tmp_path)))
+        env["PATH"] = os.pathsep.join([*path, env["PATH"]])
+        return env
+
+
+def kafka_tool_script(path: Path, main_class: str) -> None:
+    path.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(part) for part in kafka_tool_command(main_class)) + ' "$@"\n')
+    path.chmod(0o755)
+
+
+def spark_conf_dir(tmp_path: Path) -> Path:
+    """spark-defaults.conf for the pages' spark-submit lines: loopback, no UI, an empty Ivy cache."""
+    directory = tmp_path / "spark-conf"
+    directory.mkdir()
+    log4j = f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"
+    settings = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1", "spark.jars.ivy": str(tmp_path / "ivy"),
+                "spark.driver.extraJavaOptions": log4j}
+    (directory / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
+    return directory
