@@ -4,8 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: demo test setup broker-jars dist
+.PHONY: demo test setup broker-jars dist bench
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -31,3 +32,11 @@ broker-jars: $(STAMP)
 ## dist: build the wheel (pip), the zip (--py-files) and the Maven artifact (--packages) into dist/
 dist: $(STAMP)
 	$(PY) -m pyspark_eos.distribution --out dist
+
+## bench: the side-by-side benchmarks (see benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run
+bench: setup $(VENV)/.bench-installed
+	$(PY) -m benchmarks.bench $(BENCH_ARGS)
+
+$(VENV)/.bench-installed: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat
+	touch $@

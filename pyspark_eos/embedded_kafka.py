@@ -417,6 +417,14 @@ class EmbeddedKafkaCluster:
 
 # --------------------------------------------------------------------------------- command line
 
+def kafka_tool_command(main_class: str) -> list[str]:
+    """What Kafka's bin/ scripts run: one of its command-line tools (kafka-acls.sh is
+    ``org.apache.kafka.tools.AclCommand``), from the same released jars as the broker."""
+    java = shutil.which("java") or "java"
+    return [java, f"-Dlog4j2.configurationFile={conf_dir() / 'broker-log4j2.properties'}",
+            "-cp", KAFKA_BROKER.classpath(), main_class]
+
+
 def _default_directory() -> Path:
     return Path(tempfile.gettempdir()) / f"eos-kafka-{os.getuid()}"
 

@@ -295,7 +295,11 @@ def _check_group_id(group_id: str | None) -> None:
 # ------------------------------------------------------------------------------- the sink
 
 SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "checkpointLocation", "path")
+                "transactionalIdPer", "checkpointLocation", "path")
+
+# One transactional id per write slot (KIP-447), or per input partition: the older design, where
+# only the partition's own producer may commit its offsets. Kept to measure what KIP-447 saves.
+ID_PER_SLOT, ID_PER_PARTITION = "slot", "partition"
 
 # Kafka client settings the sink sets itself, with why.
 _FORBIDDEN_SINK_KAFKA_PARAMS = {
@@ -313,6 +317,7 @@ class SinkOptions:
     transactional_id_prefix: str
     group_id: str | None
     transaction_timeout_ms: int
+    transactional_id_per: str
     stable_offsets_timeout_ms: int
     kafka: dict[str, str]
 
@@ -340,6 +345,10 @@ class SinkOptions:
         if not prefix:
             raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
         topic = options.get("topic")
+        id_per = parse_choice(options, "transactionalIdPer", (ID_PER_SLOT, ID_PER_PARTITION), ID_PER_SLOT)
+        if id_per == ID_PER_PARTITION and group_id is None:
+            raise ConfigurationError("transactionalIdPer=partition derives ids from the input partitions, which "
+                                     "the sink knows only with kafka.group.id; set it, or use transactionalIdPer=slot")
         return cls(
             bootstrap_servers=bootstrap,
             topic=str(topic).strip() if topic is not None else None,
@@ -347,6 +356,7 @@ class SinkOptions:
             transactional_id_prefix=prefix,
             group_id=group_id,
             transaction_timeout_ms=timeout,
+            transactional_id_per=id_per,
             stable_offsets_timeout_ms=parse_positive_int(options, "stableOffsetsTimeoutMs",
                                                          timeout + STABLE_OFFSETS_MARGIN_MS),
             kafka=params,

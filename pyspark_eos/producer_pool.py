@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from .errors import KafkaClientError
-from .options import SinkOptions
+from .options import ID_PER_PARTITION, SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,8 @@ class WorkerProducer:
 
 
 # At most one producer per worker process and sink configuration: the one for the slot it last
-# leased. Another slot, or a slot another worker has used since, needs a new producer.
+# leased. Another slot, or a slot another worker has used since, needs a new producer. With
+# transactionalIdPer=partition a worker keeps one producer per input partition it has written.
 _producers: dict[tuple, WorkerProducer] = {}
 
 
@@ -41,8 +42,12 @@ def _key(options: SinkOptions) -> tuple:
             options.transaction_timeout_ms, tuple(sorted(options.kafka.items())))
 
 
+def _producer_key(options: SinkOptions, transactional_id: str) -> tuple:
+    return (*_key(options), transactional_id if options.transactional_id_per == ID_PER_PARTITION else None)
+
+
 def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
-    key = _key(options)
+    key = _producer_key(options, lease.transactional_id)
     cached = _producers.get(key)
     if cached is not None and cached.transactional_id == lease.transactional_id and lease.previous_holder == PROCESS_TOKEN:
         return cached
@@ -83,8 +88,8 @@ def admin_for(options: SinkOptions) -> AdminClient:
     return _admins[key]
 
 
-def discard(options: SinkOptions) -> None:
+def discard(options: SinkOptions, transactional_id: str) -> None:
     """Forget this worker's producer after a fatal error; the next task builds a new one."""
-    dropped = _producers.pop(_key(options), None)
+    dropped = _producers.pop(_producer_key(options, transactional_id), None)
     if dropped is not None:
         log.warning("dropping transactional producer %s after a fatal error", dropped.transactional_id)

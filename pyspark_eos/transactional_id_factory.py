@@ -54,17 +54,38 @@ def lease_slot(prefix: str, group_id: str | None) -> Iterator[SlotLease]:
     """Hold the lowest free slot of this executor for the duration of one write task."""
     directory = slot_directory(prefix, group_id)
     for slot in count():
-        fd = os.open(directory / f"slot-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, PROCESS_TOKEN.encode(), 0)
+        with _lease(directory / f"slot-{slot}.lock", wait=False) as previous:
+            if previous is None:
+                continue
             yield SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
-        finally:
-            os.close(fd)  # releases the lock
-        return
+            return
+
+
+@contextlib.contextmanager
+def lease_input_partition(prefix: str, group_id: str, topic: str, partition: int) -> Iterator[SlotLease]:
+    """The per-input-partition transactional id (transactionalIdPer=partition, benchmarks only).
+
+    Spark runs a partition's task on any worker of any executor, so the id moves between
+    workers: each move fences the previous holder's producer and costs an init_transactions.
+    """
+    directory = slot_directory(prefix, group_id)
+    with _lease(directory / f"partition-{topic}-{partition}.lock", wait=True) as previous:
+        yield SlotLease(f"{prefix}.{group_id}.{topic}-{partition}", -1, previous or "")
+
+
+@contextlib.contextmanager
+def _lease(path: Path, wait: bool) -> Iterator[str | None]:
+    """Lock ``path`` (or yield None if it is taken and ``wait`` is false); yields its last holder."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, PROCESS_TOKEN.encode(), 0)
+        yield previous
+    finally:
+        os.close(fd)  # releases the lock

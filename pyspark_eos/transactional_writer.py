@@ -8,22 +8,23 @@ transactional id.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
-from .errors import EosKafkaError, TransactionFailedError
+from .errors import ConfigurationError, EosKafkaError, TransactionFailedError
 from .fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_BEFORE_COMMIT, crash_if_armed
 from .group_offsets import fetch_stable_commits
-from .options import SinkOptions
+from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import WorkerProducer, admin_for, discard, producer_for
 from .provenance import collect, release
 from .sink_records import KafkaRecord
-from .transactional_id_factory import lease_slot
+from .transactional_id_factory import lease_input_partition, lease_slot
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,25 @@ class _DeliveryErrors:
 
 
 def write_task(records: Iterable[KafkaRecord], options: SinkOptions) -> EosKafkaCommitMessage:
+    if options.transactional_id_per == ID_PER_PARTITION:
+        return _write_with_partition_id(iter(records), options)
     with lease_slot(options.transactional_id_prefix, options.group_id) as lease:
         return _write_in_slot(records, options, producer_for(options, lease))
+
+
+def _write_with_partition_id(records: Iterator[KafkaRecord], options: SinkOptions) -> EosKafkaCommitMessage:
+    # The id comes from the input partition, which read() records before yielding its first row:
+    # take one record (or reach the end) to learn it before the transaction begins.
+    first = next(records, None)
+    provenance, _ = collect(TaskInfo.current().task_attempt_id)
+    ranges = [r for p in provenance for r in p.ranges]
+    if len(ranges) != 1:
+        raise ConfigurationError(f"transactionalIdPer=partition needs exactly one input partition per task; "
+                                 f"this task read {len(ranges)} (coalesce or union?): use transactionalIdPer=slot")
+    (only,) = ranges
+    rows = records if first is None else itertools.chain([first], records)
+    with lease_input_partition(options.transactional_id_prefix, options.group_id, only.topic, only.partition) as lease:
+        return _write_in_slot(rows, options, producer_for(options, lease))
 
 
 def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker: WorkerProducer) -> EosKafkaCommitMessage:
@@ -162,14 +180,14 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
 def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> None:
     kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
     if isinstance(kafka_error, KafkaError) and kafka_error.fatal():
-        discard(options)  # fenced or timed out by the broker: this producer can do nothing more
+        discard(options, worker.transactional_id)  # fenced or timed out by the broker: it can do nothing more
         return
     try:
         worker.producer.abort_transaction(COMMIT_TIMEOUT_S)
     except KafkaException as abort_error:
         log.warning("aborting the transaction of %s failed (%s); rebuilding the producer",
                     worker.transactional_id, abort_error)
-        discard(options)
+        discard(options, worker.transactional_id)
 
 
 def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors,

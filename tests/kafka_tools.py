@@ -87,20 +87,11 @@ def mixed_transactions(partitions: int, rounds: int, per_partition: int = 2) -> 
     ]
 
 
-def kafka_tool_command(main_class: str) -> list[str]:
-    """What Kafka's bin/ scripts run: one of its command-line tools (the kafka-tools artifact)."""
-    import shutil
-
-    from pyspark_eos.maven_jars import KAFKA_BROKER
-    from pyspark_eos.project_files import conf_dir
-
-    return [shutil.which("java"), f"-Dlog4j2.configurationFile={conf_dir() / 'broker-log4j2.properties'}",
-            "-cp", KAFKA_BROKER.classpath(), main_class]
-
-
 def kafka_tool(main_class: str, *args: str) -> str:
     """Run one of Kafka's own command-line tools; its stdout."""
     import subprocess
+
+    from pyspark_eos.embedded_kafka import kafka_tool_command
 
     result = subprocess.run([*kafka_tool_command(main_class), *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{main_class} failed: {result.stderr[-3000:]}"

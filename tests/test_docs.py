@@ -32,12 +32,11 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos import errors
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, free_ports
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, free_ports, kafka_tool_command
 from pyspark_eos.options import SINK_OPTIONS, SOURCE_OPTIONS
 from pyspark_eos.project_files import conf_dir
 
-from .kafka_tools import (committed_offsets, create_topic, kafka_tool_command, last_stable_offsets, read_committed,
-                          write_transactions)
+from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, write_transactions
 from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
 
 PAGES = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]

@@ -29,19 +29,22 @@ from .kafka_tools import (
 from .spark_tools import eos_pipeline, run_to_end
 
 
-def test_many_tasks_over_many_batches_share_one_producer_per_worker_slot(spark, kafka, tmp_path):
+@pytest.mark.parametrize("id_per, expected_ids", [("slot", {1, 2}), ("partition", {8})])
+def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, tmp_path, id_per, expected_ids):
     bootstrap = kafka.bootstrap_servers
     source = create_topic(bootstrap, unique_name("wide"), partitions=8)
     sink = create_topic(bootstrap, unique_name("out"))
     write_transactions(bootstrap, source, mixed_transactions(partitions=8, rounds=5))
-    prefix = unique_name("slots")
-    writer = eos_pipeline(spark, bootstrap, source, sink, unique_name("g"), sink_options={"transactionalIdPrefix": prefix},
+    prefix = unique_name("ids")
+    writer = eos_pipeline(spark, bootstrap, source, sink, unique_name("g"),
+                          sink_options={"transactionalIdPrefix": prefix, "transactionalIdPer": id_per},
                           startingOffsets="earliest", maxOffsetsPerTrigger=24)
     query = run_to_end(writer, str(tmp_path / "checkpoint"))
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert len(batches) >= 3  # 8 tasks per batch: dozens of tasks in all
     ids = transactional_ids(bootstrap, prefix)
-    assert 1 <= len(ids) <= 2, ids  # local[2]: two task slots
+    # local[2] has two task slots; the pre-KIP-447 design needs one id per input partition.
+    assert len(ids) in expected_ids, ids
     written = sorted(r.value for r in read_committed(bootstrap, sink))
     assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=8))
     assert len(written) == 3 * 8 * 2  # rounds 0, 2 and 3 of 5 committed, 2 records per partition
