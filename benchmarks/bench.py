@@ -1,0 +1,161 @@
+"""eos-kafka side by side with Spark's Kafka connector, Kafka's own exactly-once copier and the
+plain Python client, on one embedded broker and one machine.
+
+    .venv/bin/python -m benchmarks.bench [--scale quick|full] [--parts copy,alone,scaling,txn]
+
+Parts:
+  copy     Kafka -> Kafka copy, 100-byte and 1-KB records: every contender, records/s and batch p50/p99
+  alone    the source alone (into Spark's noop sink) and the sink alone (from a generated DataFrame)
+  scaling  8, 64, 256 input partitions, same total records: one producer per write slot against
+           a producer per input partition (the pre-KIP-447 design), transactional ids counted
+  txn      per-batch cost against records per micro-batch, for eos-kafka and Spark's connector
+
+Prints a table per part and appends the run to benchmarks/results/history.jsonl (with machine
+and versions); benchmarks/results/latest.csv and *.png describe the newest run.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
+
+from . import contenders, plots, report
+from .workload import SCALES, Scale, create_topic, unique, write_input
+
+log = logging.getLogger("benchmarks")
+
+COPY_CONTENDERS = {
+    "eos-kafka": contenders.eos_kafka_copy,
+    "spark-kafka": contenders.spark_kafka_copy,
+    "kafka-copier": contenders.kafka_copier,
+    "python-loop": contenders.python_loop,
+}
+PARTS = ("copy", "alone", "scaling", "txn")
+
+
+def prepared_input(ground: contenders.Ground, records: int, size: int, partitions: int) -> str:
+    topic = create_topic(ground.bootstrap, unique(f"in-{size}b-{partitions}p"), partitions)
+    write_input(ground.bootstrap, topic, records, size, partitions)
+    return topic
+
+
+def copy_part(ground, scale: Scale) -> list[dict]:
+    rows = []
+    for size, records in scale.copy_cases:
+        source = prepared_input(ground, records, size, scale.partitions)
+        runs: dict[str, list] = {name: [] for name in COPY_CONTENDERS}
+        for repeat in range(scale.repeats):
+            for name, contender in COPY_CONTENDERS.items():
+                run = measured(name, contender, ground, source, scale.partitions, records, scale.batch_records)
+                runs[name].append(run)
+                log.info("copy %d B, repeat %d/%d: %s %.1f s (%.0f records/s)", size, repeat + 1, scale.repeats,
+                         name, run.seconds, run.records_per_second)
+        rows += [report.summarize("copy", {"record_bytes": size}, r) for r in runs.values()]
+    report.print_table("Kafka -> Kafka copy", rows, ("record_bytes",))
+    return rows
+
+
+def measured(label: str, contender, *args, **kwargs) -> contenders.Run:
+    """One run; a contender that fails is reported as failed instead of ending the whole benchmark."""
+    try:
+        return contender(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - any failure of a contender is a result to report
+        log.exception("%s failed", label)
+        return contenders.Run(label, float("inf"), args[3], 0, extra={"error": str(error)[:2000]})
+
+
+def alone_part(ground, scale: Scale) -> list[dict]:
+    source = prepared_input(ground, scale.alone_records, 100, scale.partitions)
+    rows = []
+    for part, measure in (("source", contenders.source_alone), ("sink", contenders.sink_alone)):
+        runs: dict[str, list] = {}
+        for repeat in range(scale.repeats):
+            for run in measure(ground, source, scale.partitions, scale.alone_records, scale.batch_records):
+                runs.setdefault(run.contender, []).append(run)
+            log.info("%s alone, repeat %d/%d done", part, repeat + 1, scale.repeats)
+        rows += [report.summarize(f"{part}-alone", {"side": part}, r) for r in runs.values()]
+    report.print_table("Source alone (into noop) and sink alone (generated rows)", rows, ("side",))
+    return rows
+
+
+def scaling_part(ground, scale: Scale) -> list[dict]:
+    rows = []
+    variants = {"eos-kafka": {}, "eos-kafka per-partition": {"transactionalIdPer": "partition"}}
+    for partitions in scale.scaling_partitions:
+        source = prepared_input(ground, scale.scaling_records, 100, partitions)
+        batch = max(scale.scaling_records // 2, partitions)
+        for name, sink_options in variants.items():
+            runs = [measured(name, contenders.eos_kafka_copy, ground, source, partitions, scale.scaling_records, batch,
+                             sink_options, name=name) for _ in range(scale.scaling_repeats)]
+            for run in runs:
+                prefix = run.extra.get("prefix")
+                run.extra["transactional_ids"] = contenders.transactional_ids(ground, prefix) if prefix else 0
+            log.info("scaling %d partitions: %s %.1f s, %d transactional ids", partitions, name, runs[-1].seconds,
+                     runs[-1].extra["transactional_ids"])
+            row = report.summarize("scaling", {"partitions": partitions}, runs)
+            row["transactional_ids"] = max(run.extra["transactional_ids"] for run in runs)
+            rows.append(row)
+    report.print_table("Scaling with input partitions (same total records)", rows, ("partitions",))
+    for row in rows:
+        print(f"  {row['partitions']:>4} partitions  {row['contender']:<24} transactional ids (= producers): "
+              f"{row['transactional_ids']}")
+    return rows
+
+
+def txn_part(ground, scale: Scale) -> list[dict]:
+    rows = []
+    for batch in scale.txn_batch_sizes:
+        records = batch * scale.txn_batches
+        source = prepared_input(ground, records, 100, scale.partitions)
+        for name in ("eos-kafka", "spark-kafka"):
+            runs = [measured(name, COPY_CONTENDERS[name], ground, source, scale.partitions, records, batch)
+                    for _ in range(scale.repeats)]
+            rows.append(report.summarize("txn", {"batch_records": batch}, runs))
+            log.info("txn cost, %d records per batch: %s p50 %.0f ms", batch, name, rows[-1]["batch_p50_ms"] or 0)
+    report.print_table("Per-batch cost against records per micro-batch", rows, ("batch_records",))
+    for name, (fixed, per_record) in report.batch_cost_fit(rows).items():
+        print(f"  {name:<12} batch ms = {fixed:,.0f} + {per_record * 1000:,.2f} per 1000 records")
+    return rows
+
+
+RUNNERS = {"copy": copy_part, "alone": alone_part, "scaling": scaling_part, "txn": txn_part}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--repeats", type=int, help="override the scale's repeats")
+    args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    scale = SCALES[args.scale]
+    if args.repeats:
+        scale = Scale(**{**scale.__dict__, "repeats": args.repeats})
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    started = time.time()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="eos-kafka-bench-") as work, \
+            EmbeddedKafkaCluster(directory=Path(work) / "kafka", heap="2g") as kafka:
+        ground = contenders.start_ground(kafka.bootstrap_servers, Path(work))
+        contenders.warm_up(ground)
+        for part in parts:
+            log.info("part %s (%s scale)", part, scale.name)
+            rows += RUNNERS[part](ground, scale)
+        ground.spark.stop()
+    saved = report.save(rows, scale.name, started)
+    written = plots.draw(rows)
+    print(f"\nresults appended to {saved}; plots: {', '.join(str(p) for p in written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

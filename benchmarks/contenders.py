@@ -1,0 +1,224 @@
+"""What is measured: each contender copies (or only reads, or only writes) the same input.
+
+Kafka -> Kafka copy contenders:
+- ``eos-kafka``: the eos-kafka source and sink, exactly-once (a Structured Streaming query);
+- ``spark-kafka``: Spark's own Kafka source and sink (at-least-once), the same query shape;
+- ``kafka-copier``: Kafka's TransactionalMessageCopier (JVM, KIP-447 consume-transform-produce);
+- ``python-loop``: one Python process, confluent-kafka consumer -> transactional producer.
+
+Streaming contenders run ``Trigger.AvailableNow`` with ``maxOffsetsPerTrigger``, so a run is a
+series of micro-batches whose durations Spark reports; the loop and the copier commit a
+transaction every ``batch_records`` records.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from pyspark_eos.embedded_kafka import kafka_tool_command
+from pyspark_eos.local_spark import jars_not_in_spark, local_spark_session
+from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
+from pyspark_eos.output_check import last_stable_offsets
+
+from .workload import count_committed, create_topic, unique, write_input
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    contender: str
+    seconds: float
+    records_in: int
+    records_out: int
+    batch_ms: list[float] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records_in / self.seconds
+
+
+@dataclass
+class Ground:
+    """Where a contender runs: the broker, the Spark session, a directory for checkpoints."""
+
+    bootstrap: str
+    spark: object
+    work: Path
+
+
+def start_ground(bootstrap: str, work: Path) -> Ground:
+    """A local[2] session with Spark's own Kafka connector beside eos-kafka, on the given broker."""
+    jars = ",".join(str(j) for j in jars_not_in_spark(SPARK_KAFKA_CONNECTOR.jars()))
+    spark = local_spark_session("local[2]", app_name="eos-kafka benchmarks", conf={
+        "spark.jars": jars, "spark.sql.streaming.numRecentProgressUpdates": "10000"})
+    return Ground(bootstrap, spark, work)
+
+
+def warm_up(ground: Ground) -> None:
+    """One small copy with each Spark contender, unmeasured: JVM code paths, Python workers and
+    their imports start before the first measured run instead of inside it."""
+    source = create_topic(ground.bootstrap, unique("warm-up"), 2)
+    write_input(ground.bootstrap, source, 2000, 100, 2)
+    eos_kafka_copy(ground, source, 2, 2000, 1000)
+    spark_kafka_copy(ground, source, 2, 2000, 1000)
+
+
+# ----------------------------------------------------------------------------- copy pipelines
+
+def eos_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int,
+                   sink_options: dict | None = None, name: str = "eos-kafka") -> Run:
+    group, prefix = unique("bench-eos"), unique("bench")
+    reader = _stream(ground, "eos-kafka", source, batch, {"kafka.group.id": group})
+    writer_options = {"kafka.group.id": group, "transactionalIdPrefix": prefix, **(sink_options or {})}
+    run = _run_stream(ground, name, reader, "eos-kafka", writer_options, partitions, records)
+    run.extra["prefix"] = prefix
+    return run
+
+
+def transactional_ids(ground: Ground, prefix: str) -> int:
+    """How many transactional ids (one producer each) a run used, per Kafka's TransactionsCommand."""
+    listing = _kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", ground.bootstrap, "list")
+    return sum(1 for line in listing.splitlines()[1:] if line.split() and line.split()[0].startswith(prefix + "."))
+
+
+def _kafka_tool(main_class: str, *args: str, timeout: float = 120) -> str:
+    result = subprocess.run([*kafka_tool_command(main_class), *args], capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{main_class} failed: {result.stderr[-3000:]}")
+    return result.stdout
+
+
+def spark_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    reader = _stream(ground, "kafka", source, batch, {"kafka.isolation.level": "read_committed"})
+    return _run_stream(ground, "spark-kafka", reader, "kafka", {}, partitions, records)
+
+
+def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict):
+    reader = (ground.spark.readStream.format(fmt).option("kafka.bootstrap.servers", ground.bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", batch))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, partitions: int, records: int) -> Run:
+    output = create_topic(ground.bootstrap, unique("out-" + name.replace(" ", "-")), partitions)
+    writer = (frame.select("key", "value").writeStream.format(fmt)
+              .option("kafka.bootstrap.servers", ground.bootstrap).option("topic", output)
+              .option("checkpointLocation", str(ground.work / unique("checkpoint")))
+              .trigger(availableNow=True))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    batches = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
+    return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions), batches,
+               {"batches": len(batches)})
+
+
+def kafka_copier(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    """TransactionalMessageCopier in group mode: one JVM consuming every partition of the input."""
+    output = create_topic(ground.bootstrap, unique("out-copier"), partitions)
+    started = time.perf_counter()
+    stdout = _kafka_tool("org.apache.kafka.tools.TransactionalMessageCopier",
+                         "--broker-list", ground.bootstrap, "--input-topic", source, "--input-partition", "0",
+                         "--output-topic", output, "--transactional-id", unique("copier"),
+                         "--consumer-group", unique("bench-copier"), "--transaction-size", str(batch),
+                         "--max-messages", str(records), "--group-mode", "--use-group-metadata", timeout=3600)
+    seconds = time.perf_counter() - started
+    status = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return Run("kafka-copier", seconds, records, count_committed(ground.bootstrap, output, partitions), [],
+               {"status": status[-1] if status else None, "includes_jvm_start": True})
+
+
+def python_loop(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    """The Python client's ceiling here: consume -> produce -> send offsets -> commit, one process."""
+    output = create_topic(ground.bootstrap, unique("out-loop"), partitions)
+    ends = last_stable_offsets(ground.bootstrap, source, partitions)
+    consumer = Consumer({"bootstrap.servers": ground.bootstrap, "group.id": unique("bench-loop"),
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(source, p, 0) for p in range(partitions)])
+    producer = Producer({"bootstrap.servers": ground.bootstrap, "transactional.id": unique("loop"),
+                         "linger.ms": 5})
+    producer.init_transactions(60)
+    batches: list[float] = []
+    positions: dict[int, int] = {}
+    started = time.perf_counter()
+    try:
+        while any(positions.get(p, 0) < ends[p] for p in range(partitions) if ends[p] > 0):
+            batch_started = time.perf_counter()
+            producer.begin_transaction()
+            _copy_some(consumer, producer, source, output, positions, batch, ends)
+            producer.send_offsets_to_transaction([TopicPartition(source, p, o) for p, o in positions.items()],
+                                                 consumer.consumer_group_metadata(), 60)
+            producer.commit_transaction(120)
+            batches.append((time.perf_counter() - batch_started) * 1000)
+    finally:
+        consumer.close()
+    seconds = time.perf_counter() - started
+    return Run("python-loop", seconds, records, count_committed(ground.bootstrap, output, partitions), batches)
+
+
+def _copy_some(consumer: Consumer, producer: Producer, source: str, output: str, positions: dict[int, int],
+               batch: int, ends: dict[int, int]) -> int:
+    copied = 0
+    while copied < batch and any(positions.get(p, 0) < end for p, end in ends.items() if end > 0):
+        for message in consumer.consume(min(10_000, batch - copied), 0.2):
+            if message.error() is not None:
+                raise RuntimeError(f"consume failed: {message.error()}")
+            while True:
+                try:
+                    producer.produce(output, key=message.key(), value=message.value(), partition=message.partition())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            copied += 1
+        # The consumer's position, not the last record + 1: it has passed transaction markers too.
+        for tp in consumer.position([TopicPartition(source, p) for p in ends]):
+            if tp.offset >= 0:
+                positions[tp.partition] = tp.offset
+    return copied
+
+
+# --------------------------------------------------------------------------- source, sink alone
+
+def read_into_noop(ground: Ground, fmt: str, source: str, options: dict) -> float:
+    reader = (ground.spark.read.format(fmt).option("kafka.bootstrap.servers", ground.bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest"))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    started = time.perf_counter()
+    reader.load().write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def source_alone(ground: Ground, source: str, partitions: int, records: int, batch: int) -> list[Run]:
+    return [Run("eos-kafka", read_into_noop(ground, "eos-kafka", source, {}), records, records),
+            Run("spark-kafka", read_into_noop(ground, "kafka", source, {"kafka.isolation.level": "read_committed"}),
+                records, records)]
+
+
+def sink_alone(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int = 100) -> list[Run]:
+    frame = ground.spark.range(records, numPartitions=partitions).selectExpr(
+        "CAST(id AS STRING) AS key", f"repeat('x', {size}) AS value")
+    runs = []
+    for name, fmt in (("eos-kafka", "eos-kafka"), ("spark-kafka", "kafka")):
+        output = create_topic(ground.bootstrap, unique(f"out-sink-{name}"), partitions)
+        started = time.perf_counter()
+        (frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", ground.bootstrap)
+         .option("topic", output).save())
+        seconds = time.perf_counter() - started
+        runs.append(Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions)))
+    return runs

@@ -1,0 +1,69 @@
+"""PNG plots of a benchmark run's rows, one per part that ran (matplotlib, no display needed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .report import RESULTS
+
+
+def draw(rows: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    drawn = []
+    for part, (case_key, title, ylabel) in _PARTS.items():
+        selected = [row for row in rows if row["part"] in part]
+        if selected:
+            drawn.append(_grouped_bars(selected, case_key, title, ylabel, RESULTS / f"{part[0]}.png"))
+    txn = [row for row in rows if row["part"] == "txn"]
+    if txn:
+        drawn.append(_batch_cost(txn, RESULTS / "txn-cost.png"))
+    return drawn
+
+
+_PARTS = {
+    ("copy",): ("record_bytes", "Kafka -> Kafka copy (median of repeats)", "records/s"),
+    ("source-alone", "sink-alone"): ("side", "Source alone and sink alone", "records/s"),
+    ("scaling",): ("partitions", "Scaling with input partitions (same total records)", "records/s"),
+}
+
+
+def _grouped_bars(rows: list[dict], case_key: str, title: str, ylabel: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    cases = sorted({row[case_key] for row in rows}, key=str)
+    names = list(dict.fromkeys(row["contender"] for row in rows))
+    width = 0.8 / len(names)
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for i, name in enumerate(names):
+        values = [next((r["median_records_per_s"] for r in rows if r["contender"] == name and r[case_key] == case), 0)
+                  for case in cases]
+        axes.bar([c + i * width for c in range(len(cases))], values, width, label=name)
+    axes.set_xticks([c + width * (len(names) - 1) / 2 for c in range(len(cases))], [str(c) for c in cases])
+    axes.set_xlabel(case_key.replace("_", " "))
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _batch_cost(rows: list[dict], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for name in dict.fromkeys(row["contender"] for row in rows):
+        points = sorted((r["batch_records"], r["batch_p50_ms"]) for r in rows
+                        if r["contender"] == name and r["batch_p50_ms"] is not None)
+        axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel("records per micro-batch")
+    axes.set_ylabel("p50 batch duration, ms")
+    axes.set_title("Per-batch cost against batch size")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

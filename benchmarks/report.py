@@ -1,0 +1,118 @@
+"""Summaries, tables, result files and plots of a benchmark run.
+
+Every run appends one JSON line to ``results/history.jsonl`` (machine, versions, every
+measurement), so the effect of a change shows against earlier runs; ``results/latest.csv`` and
+the PNG plots describe the newest run.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR, kafka_version
+
+from .contenders import Run
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    memory_kb = next((int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:")), 0)
+    return {"cores": os.cpu_count(), "memory_gib": round(memory_kb / 2**20, 1), "cpu": _cpu_model(),
+            "python": platform.python_version(), "os": platform.platform()}
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def versions() -> dict:
+    return {"pyspark": importlib.metadata.version("pyspark"), "kafka": kafka_version(),
+            "spark_kafka_connector": SPARK_KAFKA_CONNECTOR.version(),
+            "confluent_kafka": importlib.metadata.version("confluent-kafka"),
+            "pyarrow": importlib.metadata.version("pyarrow"),
+            "eos_kafka": importlib.metadata.version("pyspark-eos-kafka")}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def summarize(part: str, case: dict, runs: list[Run]) -> dict:
+    """Medians over the repeats of one contender in one case."""
+    batches = [ms for run in runs for ms in run.batch_ms]
+    return {
+        "part": part, **case, "contender": runs[0].contender, "repeats": len(runs),
+        "records": runs[0].records_in,
+        "median_s": statistics.median(r.seconds for r in runs),
+        "median_records_per_s": statistics.median(r.records_per_second for r in runs),
+        "batch_p50_ms": percentile(batches, 0.5), "batch_p99_ms": percentile(batches, 0.99),
+        "records_out": [r.records_out for r in runs],
+        "extra": [r.extra for r in runs],
+    }
+
+
+def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> None:
+    print(f"\n{title}")
+    header = [*case_keys, "contender", "records/s", "vs eos-kafka", "p50 batch ms", "p99 batch ms", "out ok"]
+    print("  ".join(f"{h:>14}" for h in header))
+    for row in rows:
+        reference = next((r for r in rows if r["contender"] == "eos-kafka"
+                          and all(r[k] == row[k] for k in case_keys)), None)
+        ratio = row["median_records_per_s"] / reference["median_records_per_s"] if reference else None
+        cells = [*(row[k] for k in case_keys), row["contender"], f"{row['median_records_per_s']:,.0f}",
+                 f"{ratio:.2f}x" if ratio else "-", _ms(row["batch_p50_ms"]), _ms(row["batch_p99_ms"]),
+                 _output_ok(row)]
+        print("  ".join(f"{str(c):>14}" for c in cells))
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "-"
+
+
+def _output_ok(row: dict) -> str:
+    # Exactly-once contenders must write every record once; Spark's sink may write more (retries).
+    wanted = row["records"]
+    return "yes" if all(out == wanted for out in row["records_out"]) else f"no {row['records_out']}"
+
+
+def save(rows: list[dict], scale: str, started: float) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    record = {"at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "scale": scale,
+              "wall_s": round(time.time() - started), "machine": machine(), "versions": versions(), "rows": rows}
+    with (RESULTS / "history.jsonl").open("a") as history:
+        history.write(json.dumps(record) + "\n")
+    keys = sorted({k for row in rows for k in row if k not in ("extra",)})
+    with (RESULTS / "latest.csv").open("w", newline="") as out:
+        writer = csv.DictWriter(out, keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return RESULTS / "history.jsonl"
+
+
+def batch_cost_fit(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per contender, the least-squares line batch ms = fixed + per_record * records per batch,
+    through the p50 batch durations: ``fixed`` is what a batch costs whatever its size."""
+    fits = {}
+    for name in sorted({row["contender"] for row in rows}):
+        points = [(row["batch_records"], row["batch_p50_ms"]) for row in rows
+                  if row["contender"] == name and row["batch_p50_ms"] is not None]
+        if len(points) < 2:
+            continue
+        xs, ys = zip(*points)
+        slope, intercept = statistics.linear_regression(xs, ys)
+        fits[name] = (intercept, slope)
+    return fits

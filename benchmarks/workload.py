@@ -1,0 +1,120 @@
+"""The benchmarks' ground: sizes, input topics in committed transactions, counting output.
+
+Input is written once per (records, size, partitions) and shared by every contender; each run
+writes to an output topic of its own, and its committed records are counted afterwards with a
+plain read_committed consumer, so a contender that loses or repeats records shows in the table
+instead of passing for fast.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pyspark_eos.output_check import last_stable_offsets
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    copy_cases: tuple[tuple[int, int], ...]   # (record bytes, records) of the Kafka -> Kafka copy
+    partitions: int
+    repeats: int
+    batch_records: int         # records per micro-batch (maxOffsetsPerTrigger) and per loop transaction
+    alone_records: int         # source alone, sink alone
+    scaling_partitions: tuple[int, ...]
+    scaling_records: int
+    scaling_repeats: int
+    txn_batch_sizes: tuple[int, ...]
+    txn_batches: int           # micro-batches per run: the input is this many batches of each size
+
+
+SCALES = {
+    "quick": Scale("quick", copy_cases=((100, 40_000), (1000, 40_000)), partitions=8, repeats=1,
+                   batch_records=10_000, alone_records=40_000, scaling_partitions=(8, 64), scaling_records=16_000,
+                   scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4),
+    # About 35 minutes on 2 cores; per-task costs make 256 partitions slow, hence one repeat there.
+    "full": Scale("full", copy_cases=((100, 2_000_000), (1000, 1_000_000)), partitions=8, repeats=3,
+                  batch_records=100_000, alone_records=500_000, scaling_partitions=(8, 64, 256),
+                  scaling_records=256_000, scaling_repeats=1, txn_batch_sizes=(1_000, 10_000, 100_000),
+                  txn_batches=8),
+}
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        described = admin.list_topics(name, timeout=10).topics[name]
+        if described.error is None and len(described.partitions) == partitions and \
+                all(p.leader >= 0 for p in described.partitions.values()):
+            return name
+        time.sleep(0.1)
+    raise TimeoutError(f"topic {name} has no leaders after 60 s")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def write_input(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> None:
+    """``records`` records of ``size`` bytes, round-robin over partitions, idempotently with acks=all.
+
+    Not in transactions: Kafka's TransactionalMessageCopier counts the records left by offsets and
+    would wait forever for transaction markers to arrive as records. Every reader still reads
+    with read_committed; the tests cover input with markers and aborted transactions.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                         "batch.size": 1_000_000})
+    value = b"x" * size
+    started = time.monotonic()
+    for i in range(records):
+        _produce(producer, topic, b"%d" % i, value, i % partitions)
+        if (i + 1) % 200_000 == 0 or i + 1 == records:
+            producer.flush(120)
+            log.info("input %s: %d/%d records (%.0f s)", topic, i + 1, records, time.monotonic() - started)
+    if producer.flush(120):
+        raise RuntimeError(f"input {topic}: records still undelivered after 120 s")
+
+
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes, partition: int) -> None:
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, partition=partition)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def count_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 600.0) -> int:
+    """Committed records in ``topic``, read with read_committed up to the last stable offsets."""
+    ends = last_stable_offsets(bootstrap, topic, partitions)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-count"),
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+    done = {p for p in range(partitions) if ends[p] == 0}
+    counted = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while len(done) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"counting {topic} did not finish in {timeout:.0f} s")
+            for message in consumer.consume(10_000, 0.5):
+                error = message.error()
+                if error is None:
+                    counted += 1
+                    if message.offset() + 1 >= ends[message.partition()]:
+                        done.add(message.partition())
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    done.add(message.partition())
+    finally:
+        consumer.close()
+    return counted
