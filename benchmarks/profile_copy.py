@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         source = create_topic(kafka.bootstrap_servers, unique("profile-in"), args.partitions)
         write_input(kafka.bootstrap_servers, source, args.records, args.size, args.partitions)
         contenders.warm_up(ground)
+        STACKS.unlink(missing_ok=True)
         sampler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(os.getpid()),
                                     "--subprocesses", "--format", "raw", "--rate", "50", "-o", str(STACKS),
                                     *(["--idle"] if args.idle else [])],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -57,8 +58,11 @@ def build(out: Path) -> Distribution:
 
 def build_wheel(out: Path) -> Path:
     log.info("building the wheel into %s", out)
-    for old in out.glob("pyspark_eos_kafka-*.whl"):
-        old.unlink()
+    # Older builds would match the same globs (dist/pyspark_eos-*.zip) next to the new ones, and
+    # setuptools' build/ directory would carry deleted modules into the wheel.
+    for stale in [*out.glob("pyspark_eos_kafka-*.whl"), *out.glob("pyspark_eos-*.zip"), *out.glob(f"{MAVEN_ARTIFACT}-*.jar")]:
+        stale.unlink()
+    shutil.rmtree(_CHECKOUT / "build", ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out),
                     str(_CHECKOUT)], check=True)
     (wheel,) = out.glob(f"pyspark_eos_kafka-{__version__}-*.whl")

@@ -315,7 +315,7 @@ class EmbeddedKafkaCluster:
         template = string.Template((conf_dir() / "server.properties").read_text())
         text = template.substitute(values)
         # Overrides may name the node's own ports and directories, e.g. to add a listener.
-        text += "".join(f"{key}={string.Template(str(value)).substitute(values)}\n"
+        text += "".join(f"{key}={string.Template(str(value)).safe_substitute(values)}\n"
                         for key, value in self.overrides.items())
         node.config_path.write_text(text)
 

@@ -27,7 +27,11 @@ _STREAMING_RUNNER_FILES = "streaming_job"
 def register(spark) -> None:
     """Make ``format("eos-kafka")`` resolve in ``spark``, for batch and streaming queries."""
     spark.dataSource.register(EosKafkaDataSource)
-    _link_archives_for_streaming_runners(spark.sparkContext)
+    try:
+        context = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect sessions have no SparkContext, and no such gap
+        return
+    _link_archives_for_streaming_runners(context)
 
 
 def _link_archives_for_streaming_runners(context) -> None:

@@ -94,16 +94,17 @@ def _write_with_partition_id(records: Iterator[KafkaRecord], options: SinkOption
     first = next(records, None)
     provenance, _ = collect(TaskInfo.current().task_attempt_id)
     ranges = [r for p in provenance for r in p.ranges]
-    if len(ranges) != 1:
-        raise ConfigurationError(f"transactionalIdPer=partition needs exactly one input partition per task; "
-                                 f"this task read {len(ranges)} (coalesce or union?): use transactionalIdPer=slot")
-    (only,) = ranges
     rows = records if first is None else itertools.chain([first], records)
+    if not ranges:  # nothing read (a shuffle, an empty task): the slot path explains or skips it
+        with lease_slot(options.transactional_id_prefix, options.group_id) as lease:
+            return _write_in_slot(rows, options, producer_for(options, lease))
+    only = ranges[0]
     with lease_input_partition(options.transactional_id_prefix, options.group_id, only.topic, only.partition) as lease:
-        return _write_in_slot(rows, options, producer_for(options, lease))
+        return _write_in_slot(rows, options, producer_for(options, lease), only_input=only)
 
 
-def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker: WorkerProducer) -> EosKafkaCommitMessage:
+def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker: WorkerProducer,
+                   only_input=None) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
     delivery = _DeliveryErrors()
     files: list = []
@@ -114,6 +115,8 @@ def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker:
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
         plan = _input_plan(provenance, options, count)
+        if only_input is not None:
+            _check_single_input(plan, only_input)
         outcome = _commit(worker, options, task, plan, count, delivery)
     except Exception as error:
         _abort(worker, options, error)
@@ -145,6 +148,15 @@ def _produce(worker: WorkerProducer, records: Iterable[KafkaRecord], delivery: _
         producer.poll(0)
         count += 1
     return count
+
+
+def _check_single_input(plan: CommitPlan | None, only_input) -> None:
+    # After a coalesce, later reads of the task record their ranges only once they start: checked
+    # here, with the input exhausted, before anything is committed under the first one's id.
+    read = [r for _, ranges in plan.by_member for r in ranges] if plan else []
+    if read != [only_input]:
+        raise ConfigurationError(f"transactionalIdPer=partition needs exactly one input partition per task; this "
+                                 f"task read {len(read)} (after a coalesce?): use transactionalIdPer=slot")
 
 
 def _input_plan(provenance: list, options: SinkOptions, count: int) -> CommitPlan | None:

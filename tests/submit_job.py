@@ -34,7 +34,9 @@ def imported_from(_):
 
 import pyspark_eos  # noqa: E402  (after the query: a user's job needs no import of it to run)
 
-tasks = spark.sparkContext.defaultParallelism * 2
-executors = sorted(set(spark.sparkContext.parallelize(range(tasks), tasks).map(imported_from).collect()))
+# A barrier stage starts all its tasks at once, one per task slot: every executor runs one.
+slots = spark.sparkContext.defaultParallelism
+probe = spark.sparkContext.parallelize(range(slots), slots).barrier().mapPartitions(lambda rows: [imported_from(0)])
+executors = sorted(set(probe.collect()))
 print(json.dumps({"driver": pyspark_eos.__file__, "executors": executors, "batches": len(query.recentProgress)}))
 spark.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def test_load_says_what_to_install_when_confluent_kafka_is_missing(kafka, tmp_pa
     result = spark_submit(python, ["--py-files", str(dist.zip)], pipeline, "register")
     output = result.stdout + result.stderr  # spark-submit merges the Python driver's stderr into stdout
     assert result.returncode != 0
-    assert "in load" in output  # raised by load(), before any query started
+    assert re.search(r"line \d+, in load\b", output)  # raised by load(), before any query started
     assert "MissingDependencyError: eos-kafka needs confluent-kafka" in output, output[-4000:]
     assert "pip install 'confluent-kafka>=2.6'" in output
     assert pipeline.output_values() == []

@@ -12,8 +12,8 @@ How a page runs, in order of its blocks:
 - ``<!-- docs-test: ... -->`` lines (invisible on the rendered page) prepare what a page's
   examples need: ``input TOPIC/PARTITIONS/RECORDS`` (committed records, and an aborted
   transaction a reader must skip), ``topics TOPIC/PARTITIONS``, ``refill TOPIC`` (that many
-  records more before each block that runs spark-submit), ``exactly-once IN -> OUT GROUP``
-  (checked after the page with a plain read_committed consumer), ``broker secured`` (a broker of
+  records more before each block that runs spark-submit), ``exactly-once IN -> OUT GROUP [upper]``
+  (after the page, a plain read_committed consumer finds each input value, transformed, once), ``broker secured`` (a broker of
   its own with SASL/PLAIN and ACL authorization) and ``python runtime`` (bash blocks get a fresh
   virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH).
 
@@ -47,6 +47,10 @@ RUN_ELSEWHERE = {
     "make test\n": (CHECKOUT / ".ci" / "run", "make test"),
     "make demo\n": (CHECKOUT / "tests" / "test_example_pipeline.py", '["make", "demo"]'),
 }
+# Messages on the troubleshooting page that Spark or Python raise, not eos-kafka.
+FOREIGN_MESSAGES = {"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: eos-kafka", "No module named 'pyspark_eos'"}
+# What a page's pipeline does to each value, for ``exactly-once IN -> OUT GROUP [TRANSFORM]``.
+TRANSFORMS = {"upper": bytes.upper}
 PIPELINE_USER, PIPELINE_PASSWORD = "pipeline", "pipeline-secret"
 ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-secret"
 
@@ -93,10 +97,28 @@ def test_blocks_run_elsewhere_are_run_there():
         assert text in runner.read_text(), f"{runner} no longer runs `{command.strip()}`"
 
 
+def documented_options(page: Path) -> set[str]:
+    """The option names in the first column of a page's tables, each with a default column after."""
+    rows = [line.split("|") for line in page.read_text().splitlines() if line.startswith("| `")]
+    return {name for row in rows if len(row) >= 4 for name in re.findall(r"`([^`]+)`", row[1])}
+
+
 def test_the_option_tables_list_every_option():
-    source, sink = (CHECKOUT / "docs" / "source.md").read_text(), (CHECKOUT / "docs" / "sink.md").read_text()
-    assert [o for o in SOURCE_OPTIONS if f"`{o}`" not in source] == []
-    assert [o for o in SINK_OPTIONS if o not in ("checkpointLocation", "path") and f"`{o}`" not in sink] == []
+    source, sink = documented_options(CHECKOUT / "docs" / "source.md"), documented_options(CHECKOUT / "docs" / "sink.md")
+    assert [o for o in SOURCE_OPTIONS if o not in source] == []
+    assert [o for o in SINK_OPTIONS if o not in ("checkpointLocation", "path") and o not in sink] == []
+
+
+def test_the_messages_on_the_troubleshooting_page_are_raised_by_the_code():
+    page = (CHECKOUT / "docs" / "troubleshooting.md").read_text()
+    code = " ".join((CHECKOUT / "pyspark_eos").joinpath(f).read_text() for f in os.listdir(CHECKOUT / "pyspark_eos")
+                    if f.endswith(".py"))
+    code = re.sub(r'"\s*\n\s*f?"', "", code)  # join implicitly concatenated string literals
+    quoted = re.findall(r"\*\*`(.+?)`\*\*", page, re.DOTALL)
+    # The literal start of each message, up to its first <placeholder> or "...", without "SomeError: ".
+    prefixes = [re.split(r"<|\.\.\.", re.sub(r"^\w+Error: ", "", " ".join(q.split())))[0].strip() for q in quoted]
+    missing = [p for p in prefixes if len(p) > 8 and p not in FOREIGN_MESSAGES and p not in code]
+    assert missing == [], "\n".join(missing)
 
 
 def test_the_troubleshooting_page_covers_every_error_class():
@@ -200,12 +222,13 @@ class PageRunner:
             self._run_bash(block)
 
     def check(self) -> None:
-        for source, _, sink, group in self.page.wants("exactly-once"):
+        for source, _, sink, group, *transform in self.page.wants("exactly-once"):
             bootstrap = self.broker.admin_bootstrap
             partitions = self.partitions[source]
-            inputs = read_committed(bootstrap, source, partitions)
+            change = TRANSFORMS[transform[0]] if transform else (lambda value: value)
+            inputs = [change(r.value) for r in read_committed(bootstrap, source, partitions)]
             outputs = [r.value for r in read_committed(bootstrap, sink, self.partitions[sink])]
-            assert len(outputs) == len(inputs) and len(set(outputs)) == len(outputs), (len(inputs), outputs)
+            assert sorted(outputs) == sorted(inputs)
             assert committed_offsets(bootstrap, group, source, partitions) == \
                 last_stable_offsets(bootstrap, source, partitions)
 

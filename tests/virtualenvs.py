@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 import venv
 from importlib.metadata import version
 from pathlib import Path
@@ -18,7 +19,8 @@ RUNTIME = ("pyspark", "confluent-kafka", "pyarrow")
 def virtualenv(name: str, *installs: list[str], home: Path | None = None) -> Path:
     """The python of a virtual environment in which each list of ``pip install`` arguments ran."""
     if home is None:
-        digest = hashlib.sha256(repr(installs).encode()).hexdigest()[:10]
+        # The base interpreter is part of what a virtual environment is.
+        digest = hashlib.sha256(repr((sys.version, sys.executable, installs)).encode()).hexdigest()[:10]
         home = cache_dir() / f"venv-{name}-{digest}"
     python = home / "bin" / "python"
     marker = home / ".complete"
