@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders, plots, report
-from .workload import SCALES, Scale, create_topic, unique, write_input
+from .workload import SCALES, Scale, unique, write_input
 
 log = logging.getLogger("benchmarks")
 

@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pyspark_eos.embedded_kafka import kafka_tool_command
+from pyspark_eos.embedded_kafka import create_topic, kafka_tool_command
 from pyspark_eos.local_spark import jars_not_in_spark, local_spark_session
 from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.output_check import last_stable_offsets
 
-from .workload import count_committed, create_topic, unique, write_input
+from .workload import count_committed, unique, write_input
 
 log = logging.getLogger(__name__)
 

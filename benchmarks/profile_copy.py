@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders
 from .report import RESULTS
-from .workload import create_topic, unique, write_input
+from .workload import unique, write_input
 
 log = logging.getLogger("benchmarks.profile")
 STACKS = RESULTS / "profile-eos-copy.txt"

@@ -13,7 +13,6 @@ import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from pyspark_eos.output_check import last_stable_offsets
 
@@ -45,19 +44,6 @@ SCALES = {
                   scaling_records=256_000, scaling_repeats=1, txn_batch_sizes=(1_000, 10_000, 100_000),
                   txn_batches=8),
 }
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        described = admin.list_topics(name, timeout=10).topics[name]
-        if described.error is None and len(described.partitions) == partitions and \
-                all(p.leader >= 0 for p in described.partitions.values()):
-            return name
-        time.sleep(0.1)
-    raise TimeoutError(f"topic {name} has no leaders after 60 s")
 
 
 def unique(prefix: str) -> str:

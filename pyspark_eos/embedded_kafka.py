@@ -417,6 +417,31 @@ class EmbeddedKafkaCluster:
 
 # --------------------------------------------------------------------------------- command line
 
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
+                 config: Mapping[str, str] | None = None, timeout: float = 60.0) -> str:
+    """Create a topic and wait until every partition has a leader: a producer or ListOffsets
+    sent before that fails with NOT_LEADER_OR_FOLLOWER."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, replication, config=dict(config or {}))],
+                                  operation_timeout=30)
+    futures[name].result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while not _has_leaders(admin, name, partitions):
+        if time.monotonic() > deadline:
+            raise EmbeddedKafkaError(f"topic {name} has no leader for every partition after {timeout:.0f} s")
+        time.sleep(0.1)
+    return name
+
+
+def _has_leaders(admin, topic: str, partitions: int) -> bool:
+    metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if metadata is None or metadata.error is not None or len(metadata.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 for p in metadata.partitions.values())
+
+
 def kafka_tool_command(main_class: str) -> list[str]:
     """What Kafka's bin/ scripts run: one of its command-line tools (kafka-acls.sh is
     ``org.apache.kafka.tools.AclCommand``), from the same released jars as the broker."""

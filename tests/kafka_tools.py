@@ -9,32 +9,15 @@ import time
 import uuid
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 # The independent read_committed checks live in the package (the example pipeline reports with
 # them too); they use nothing but a plain confluent-kafka consumer and AdminClient.
+from pyspark_eos.embedded_kafka import create_topic  # noqa: F401 - the tests' topics
 from pyspark_eos.output_check import Record, committed_offsets, last_stable_offsets, read_committed  # noqa: F401
 
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
-                 config: dict[str, str] | None = None) -> str:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
-                                  operation_timeout=30)
-    futures[name].result(timeout=60)
-    wait_until(lambda: _has_leaders(admin, name, partitions), 60, f"leaders for topic {name}")
-    return name
-
-
-def _has_leaders(admin: AdminClient, topic: str, partitions: int) -> bool:
-    metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
-    if metadata is None or metadata.error is not None or len(metadata.partitions) != partitions:
-        return False
-    return all(p.leader >= 0 for p in metadata.partitions.values())
 
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
