@@ -4,6 +4,8 @@ Usage: python driver_job.py BOOTSTRAP INPUT OUTPUT GROUP CHECKPOINT [ARM_DRIVER_
 """
 import sys
 
+from copy_query import run_copy  # tests/ is the script's directory, first on sys.path
+
 from pyspark_eos.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
 from pyspark_eos.local_spark import executor_local_dirs, local_spark_session
 
@@ -12,12 +14,6 @@ spark = local_spark_session("local[2]", app_name="eos-kafka driver job")
 if len(sys.argv) > 6:
     for directory in executor_local_dirs(spark):
         arm(DRIVER_AFTER_KAFKA_COMMIT, directory)
-frame = (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
-         .option("subscribe", source_topic).option("kafka.group.id", group)
-         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "9").load())
-query = (frame.select("key", "value").writeStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", sink_topic).option("kafka.group.id", group).option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
-query.awaitTermination()
+run_copy(spark, bootstrap, source_topic, sink_topic, group, checkpoint)
 print("finished")
 spark.stop()

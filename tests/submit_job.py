@@ -7,6 +7,7 @@ Usage: spark-submit [--py-files ... | --packages ...] submit_job.py BOOTSTRAP IN
 import json
 import sys
 
+from copy_query import run_copy  # tests/ is the script's directory, first on sys.path
 from pyspark.sql import SparkSession
 
 bootstrap, source_topic, sink_topic, group, checkpoint = sys.argv[1:6]
@@ -16,13 +17,7 @@ if "register" in sys.argv[6:]:
 
     pyspark_eos.register(spark)
 
-frame = (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
-         .option("subscribe", source_topic).option("kafka.group.id", group)
-         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "9").load())
-query = (frame.select("key", "value").writeStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", sink_topic).option("kafka.group.id", group).option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
-query.awaitTermination()
+query = run_copy(spark, bootstrap, source_topic, sink_topic, group, checkpoint)
 
 
 def imported_from(_):
