@@ -1,23 +1,41 @@
-"""Crashes on purpose, at the points where exactly-once is hardest, for the tests and the example.
+"""Faults on purpose, at the points where exactly-once is hardest, for the tests and the example.
 
 A fault is armed by creating a file named for its point in ``eos-kafka-faults/`` of an executor's
-local directory (``arm``). The first process that reaches the point removes the file, which
-claims the fault atomically, and is killed with SIGKILL: no cleanup runs, no transaction is
-aborted, exactly like a worker lost to the OOM killer or a machine failure. An unarmed point
-costs one failed ``unlink``.
+local directory (``arm``). The first process that reaches the point (and matches the fault's
+filters) claims the file atomically by renaming it, and then:
 
-Points:
+- a *crash* point kills with SIGKILL: no cleanup runs, no transaction is aborted, exactly like a
+  worker lost to the OOM killer or a machine failure;
+- a *stall* point pauses the task attempt, as a long GC pause or a network partition would. With
+  ``stop_executor`` the executor JVM is stopped (SIGSTOP) so that it stops answering the driver,
+  which declares it lost and retries the task elsewhere, while this Python worker still reaches
+  Kafka: it ignores the SIGHUP/SIGTERM that an executor's death sends its workers, as a worker on
+  a partitioned host never receives them. It resumes when ``resume_file`` appears or after
+  ``seconds``, and goes on with its attempt: a zombie.
+
+An unarmed point costs one failed ``open``.
+
+Crash points:
 - ``worker-before-commit``: a write task's Python worker, after producing its records and
   sending its offsets, before committing its transaction.
 - ``executor-before-commit``: the same moment, killing the whole executor JVM (local-cluster).
 - ``driver-after-kafka-commit``: the driver, after every task of a micro-batch committed its Kafka
   transaction and before Spark records the batch in its commit log.
+
+Stall points of a write task: ``stall-before-produce`` (transaction begun), ``stall-mid-produce``
+(after its first record), ``stall-after-stable-read`` (the group's offsets read, nothing sent),
+``stall-before-commit`` (offsets sent, commit not yet asked for).
+
+``attempt-fencing-off`` is a switch, not a fault: while its file exists, write tasks skip the
+attempt-fencing protocol, so that a test can show the duplicates it prevents.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 from .executor_identity import executor_local_directory
@@ -27,24 +45,49 @@ log = logging.getLogger(__name__)
 WORKER_BEFORE_COMMIT = "worker-before-commit"
 EXECUTOR_BEFORE_COMMIT = "executor-before-commit"
 DRIVER_AFTER_KAFKA_COMMIT = "driver-after-kafka-commit"
-POINTS = (WORKER_BEFORE_COMMIT, EXECUTOR_BEFORE_COMMIT, DRIVER_AFTER_KAFKA_COMMIT)
+CRASH_POINTS = (WORKER_BEFORE_COMMIT, EXECUTOR_BEFORE_COMMIT, DRIVER_AFTER_KAFKA_COMMIT)
+
+STALL_BEFORE_PRODUCE = "stall-before-produce"
+STALL_MID_PRODUCE = "stall-mid-produce"
+STALL_AFTER_STABLE_READ = "stall-after-stable-read"
+STALL_BEFORE_COMMIT = "stall-before-commit"
+STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT)
+
+ATTEMPT_FENCING_OFF = "attempt-fencing-off"
+POINTS = CRASH_POINTS + STALL_POINTS + (ATTEMPT_FENCING_OFF,)
 _DIRECTORY = "eos-kafka-faults"
+_STALL_LIMIT_S = 900.0  # a stall nobody resumes ends by itself
 
 
-def arm(point: str, local_directory: str | os.PathLike) -> Path:
+def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
+    """Arm ``point`` in one executor's local directory.
+
+    Stall parameters: ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``, and the
+    filters ``partition`` (Spark partition id) and ``attempt`` (TaskContext.attemptNumber()).
+    """
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; use one of {', '.join(POINTS)}")
     directory = Path(local_directory) / _DIRECTORY
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / point
-    marker.touch()
+    temporary = directory / f".{point}.tmp"
+    temporary.write_text(json.dumps(params))
+    os.replace(temporary, marker)
     return marker
 
 
+def stall_report(marker: Path, stage: str) -> dict | None:
+    """What a stall armed at ``marker`` reported at ``stage`` ("stalled" or "resumed"), if it has."""
+    path = marker.with_name(f"{marker.name}.{stage}")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def is_switched_off(switch: str) -> bool:
+    return (executor_local_directory() / _DIRECTORY / switch).exists()
+
+
 def crash_if_armed(point: str) -> None:
-    try:
-        (executor_local_directory() / _DIRECTORY / point).unlink()
-    except FileNotFoundError:
+    if _claim(point) is None:
         return
     victim = _victim(point)
     log.warning("fault injection: %s, killing pid %d with SIGKILL", point, victim)
@@ -52,13 +95,76 @@ def crash_if_armed(point: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)  # when the victim was an ancestor, go down with it
 
 
+def stall_if_armed(point: str) -> None:
+    params = _claim(point)
+    if params is None:
+        return
+    marker = executor_local_directory() / _DIRECTORY / point
+    for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
+        signal.signal(shutdown, signal.SIG_IGN)
+    jvm = _jvm_ancestor(os.getppid()) if params.get("stop_executor") else None
+    if jvm is not None:
+        os.kill(jvm, signal.SIGSTOP)
+    log.warning("fault injection: %s, attempt stalled in pid %d%s", point, os.getpid(),
+                f", executor JVM {jvm} stopped" if jvm else "")
+    _report(marker, "stalled", {"pid": os.getpid(), "jvm": jvm, **_task()})
+    _wait_for_resume(params)
+    if jvm is not None:
+        try:
+            os.kill(jvm, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # the cluster manager killed the lost executor meanwhile
+    log.warning("fault injection: %s, attempt in pid %d resumes", point, os.getpid())
+    _report(marker, "resumed", {"pid": os.getpid(), **_task()})
+
+
+def _claim(point: str) -> dict | None:
+    marker = executor_local_directory() / _DIRECTORY / point
+    try:
+        params = json.loads(marker.read_text() or "{}")
+    except FileNotFoundError:
+        return None
+    task = _task()
+    if any(key in params and params[key] != task.get(key) for key in ("partition", "attempt")):
+        return None
+    try:  # the rename is the claim: exactly one process takes the fault
+        os.rename(marker, marker.with_name(f"{point}.taken.{os.getpid()}"))
+    except FileNotFoundError:
+        return None
+    return params
+
+
+def _task() -> dict:
+    from pyspark import TaskContext
+
+    from .executor_identity import executor_id
+
+    context = TaskContext.get()
+    if context is None:
+        return {}
+    return {"partition": context.partitionId(), "attempt": context.attemptNumber(), "executor": executor_id(),
+            "task_attempt_id": context.taskAttemptId(), "batch": context.getLocalProperty("streaming.sql.batchId")}
+
+
+def _wait_for_resume(params: dict) -> None:
+    resume_file = params.get("resume_file")
+    deadline = time.monotonic() + float(params.get("seconds", _STALL_LIMIT_S))
+    while time.monotonic() < deadline and not (resume_file and os.path.exists(resume_file)):
+        time.sleep(0.1)
+
+
+def _report(marker: Path, stage: str, content: dict) -> None:
+    temporary = marker.with_name(f".{marker.name}.{stage}.tmp")
+    temporary.write_text(json.dumps(content))
+    os.replace(temporary, marker.with_name(f"{marker.name}.{stage}"))
+
+
 def _victim(point: str) -> int:
     if point == WORKER_BEFORE_COMMIT:
         return os.getpid()
     # A Python worker is forked by PySpark's daemon, which the JVM (executor, or driver for the
     # driver-side writer) started: the JVM is the grandparent, or the parent without a daemon.
-    parent = os.getppid()
-    return _jvm_ancestor(parent)
+    return _jvm_ancestor(os.getppid())
 
 
 def _jvm_ancestor(pid: int) -> int:

@@ -19,7 +19,7 @@ from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 
 # Test modules that need a kind of Spark session run together, so each kind is started once.
-_RUN_LAST = ("spark_local_cluster", "cluster3")
+_RUN_LAST = ("spark_local_cluster", "cluster3", "spark_standalone")
 
 
 def pytest_collection_modifyitems(items):
@@ -64,14 +64,17 @@ class SparkSessions:
     """Holds at most one SparkSession: a Python process can run only one SparkContext."""
 
     def __init__(self):
-        self.key: str | None = None
+        self.key: tuple | None = None
         self.session = None
 
-    def get(self, master: str):
-        if self.key != master:
+    def get(self, master: str, conf: dict[str, str] | None = None):
+        """The session for ``master`` with ``conf`` (fixed at SparkContext start), replacing another."""
+        key = (master, tuple(sorted((conf or {}).items())))
+        if self.key != key:
             self.stop()
-            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}", conf=_with_kafka_connector())
-            self.key = master
+            self.session = local_spark_session(master, app_name=f"eos-kafka-tests {master}",
+                                               conf={**_with_kafka_connector(), **(conf or {})})
+            self.key = key
         return self.session
 
     def stop(self) -> None:
