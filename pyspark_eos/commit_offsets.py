@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
+from .attempt_fencing import FencingPlan
 from .errors import ConfigurationError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
 from .group_membership import GroupStamp
 from .group_offsets import Committed
@@ -38,6 +39,7 @@ class CommitPlan:
     """The ranges a task read, by the group membership (one per source) they were planned under."""
 
     by_member: tuple[tuple[GroupStamp, tuple[OffsetRange, ...]], ...]
+    fencing: tuple[FencingPlan, ...] = ()
 
     @property
     def ranges(self) -> tuple[OffsetRange, ...]:
@@ -70,7 +72,8 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
     by_member: dict[GroupStamp, list[OffsetRange]] = {}
     for record in provenance:
         by_member.setdefault(record.group, []).extend(record.ranges)
-    plan = CommitPlan(tuple((stamp, tuple(sorted(ranges, key=lambda r: r.key))) for stamp, ranges in by_member.items()))
+    plan = CommitPlan(tuple((stamp, tuple(sorted(ranges, key=lambda r: r.key))) for stamp, ranges in by_member.items()),
+                      tuple(sorted({p.fencing for p in provenance if p.fencing is not None}, key=lambda f: f.epoch)))
     keys = [r.key for r in plan.ranges]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:

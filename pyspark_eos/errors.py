@@ -52,3 +52,8 @@ class TransactionFailedError(EosKafkaError):
 
 class MissingDependencyError(EosKafkaError):
     """A Python package eos-kafka needs is missing, or too old, where Spark runs its code."""
+
+
+class StaleAttemptError(FencedError):
+    """A newer attempt of the same Spark task (a retry or a speculative copy) claimed its input;
+    this attempt aborted, and none of its records are visible."""

@@ -221,8 +221,13 @@ SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign",
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
-    "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
+    "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs", "claimsTopic",
 )
+
+# Where the sink's write-task attempts claim their input (see attempt_fencing): one topic per
+# Kafka cluster serves every pipeline, its records keyed by group.
+DEFAULT_CLAIMS_TOPIC = "eos-kafka-claims"
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True)
@@ -238,6 +243,7 @@ class SourceOptions:
     group_id: str | None
     stable_offsets_timeout_ms: int
     kafka: dict[str, str]
+    claims_topic: str = DEFAULT_CLAIMS_TOPIC
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
@@ -269,7 +275,16 @@ class SourceOptions:
             stable_offsets_timeout_ms=parse_positive_int(
                 options, "stableOffsetsTimeoutMs", _default_stable_timeout(params)),
             kafka=params,
+            claims_topic=_parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
         )
+
+
+def _parse_topic_name(options: Mapping[str, str], name: str, default: str) -> str:
+    value = str(options.get(name.lower(), default)).strip()
+    if not _TOPIC_NAME.fullmatch(value) or value in (".", ".."):
+        raise ConfigurationError(f"option {name}={value!r} is not a valid Kafka topic name: use 1 to 249 of "
+                                 "a-z, A-Z, 0-9, '.', '_' and '-'")
+    return value
 
 
 def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSpec, ending_given: bool) -> None:

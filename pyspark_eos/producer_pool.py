@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from .attempt_fencing import FencingClients
 from .errors import KafkaClientError
 from .options import ID_PER_PARTITION, SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
@@ -77,15 +78,26 @@ def _new_producer(options: SinkOptions, transactional_id: str) -> Producer:
     return producer
 
 
-_admins: dict[tuple, AdminClient] = {}
+_clients: dict[tuple, object] = {}
+
+
+def _worker_client(options: SinkOptions, kind: str, make):
+    key = (*_key(options), kind)
+    if key not in _clients:
+        _clients[key] = make()
+    return _clients[key]
 
 
 def admin_for(options: SinkOptions) -> AdminClient:
     """This worker's AdminClient for the sink's stable reads of the group's offsets."""
-    key = _key(options)
-    if key not in _admins:
-        _admins[key] = AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers})
-    return _admins[key]
+    return _worker_client(options, "admin",
+                          lambda: AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers}))
+
+
+def fencing_clients_for(options: SinkOptions) -> FencingClients:
+    """This worker's clients of the claims topic (attempt_fencing)."""
+    return _worker_client(options, "fencing", lambda: FencingClients(
+        options.bootstrap_servers, options.kafka, options.group_id, options.transaction_timeout_ms))
 
 
 def discard(options: SinkOptions, transactional_id: str) -> None:

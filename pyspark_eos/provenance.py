@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from .attempt_fencing import FencingPlan
 from .executor_identity import executor_local_directory
 from .group_membership import GroupStamp
 from .offset_planning import OffsetRange
@@ -40,6 +41,7 @@ class Provenance:
 
     ranges: tuple[OffsetRange, ...]
     group: GroupStamp | None
+    fencing: FencingPlan | None = None
 
 
 def handover_directory() -> Path:
@@ -85,9 +87,10 @@ def _prune(directory: Path) -> None:
 
 
 def _to_json(provenance: Provenance) -> dict:
-    group = provenance.group
+    group, fencing = provenance.group, provenance.fencing
     return {
         "ranges": [[r.topic, r.partition, r.start, r.end] for r in provenance.ranges],
+        "fencing": None if fencing is None else [fencing.topic, fencing.epoch],
         "group": None if group is None else {
             "metadata": base64.b64encode(group.metadata).decode(),
             "group_id": group.group_id,
@@ -101,9 +104,10 @@ def _to_json(provenance: Provenance) -> dict:
 
 def _from_json(data: dict) -> Provenance:
     ranges = tuple(OffsetRange(t, p, s, e) for t, p, s, e in data["ranges"])
+    fencing = FencingPlan(*data["fencing"]) if data.get("fencing") else None
     group = data["group"]
     if group is None:
-        return Provenance(ranges, None)
+        return Provenance(ranges, None, fencing)
     stamp = GroupStamp(
         metadata=base64.b64decode(group["metadata"]),
         group_id=group["group_id"],
@@ -112,4 +116,4 @@ def _from_json(data: dict) -> Provenance:
         instance_id=group["instance_id"],
         assignment=frozenset((t, p) for t, p in group["assignment"]),
     )
-    return Provenance(ranges, stamp)
+    return Provenance(ranges, stamp, fencing)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from .attempt_fencing import ClaimsLog
 from .group_membership import GroupMembership, GroupStamp
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
@@ -21,6 +22,7 @@ class SourcePlanner:
         self.options = options
         self.kafka = KafkaOffsetReader(options)
         self._membership: GroupMembership | None = None
+        self._claims = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic)
         self.settings = ReaderSettings(
             consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
             include_headers=options.include_headers,
@@ -38,9 +40,11 @@ class SourcePlanner:
         earliest = self.kafka.earliest(list(end))
         ranges = plan_ranges(start, end, earliest, self.options.fail_on_data_loss)
         group = self.join_group()
-        log.info("planned %d range(s): %s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
-                 f" under {group.describe()}" if group else "")
-        return input_partitions(ranges, group)
+        fencing = self._claims.open_plan(group.group_id) if group and ranges else None
+        log.info("planned %d range(s): %s%s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
+                 f" under {group.describe()}" if group else "",
+                 f", claims from {fencing.topic}@{fencing.epoch}" if fencing else "")
+        return input_partitions(ranges, group, fencing)
 
     def join_group(self) -> GroupStamp | None:
         """Join (once) and return the current membership; None without kafka.group.id."""
@@ -66,7 +70,8 @@ class SourcePlanner:
 
     def __getstate__(self):
         # Executors only read: they need the settings, not the driver's Kafka clients or membership.
-        return {"options": self.options, "settings": self.settings, "kafka": None, "_membership": None}
+        return {"options": self.options, "settings": self.settings, "kafka": None, "_membership": None,
+                "_claims": None}
 
 
 def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
@@ -77,6 +82,6 @@ def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
         return  # Spark's placeholder task when a batch read planned no partition at all
     context = TaskContext.get()
     if context is not None and partition.group is not None:
-        record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group))
+        record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group, partition.fencing))
     for offset_range in partition.ranges:
         yield from read_range(offset_range, settings)

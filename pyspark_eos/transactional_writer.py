@@ -1,10 +1,11 @@
 """Executor side of the sink: one Kafka transaction per Spark task.
 
-begin -> produce the task's records -> (exactly-once) collect the task's input ranges, read what
-the group has committed, check ownership, decide commit or replay -> send the ranges' end offsets
-with the plan's group metadata -> commit. Any failure aborts the transaction, so none of the
-task's records become visible, and the error names the batch, task, partitions and
-transactional id.
+begin -> produce the task's records -> (exactly-once) collect the task's input ranges, claim them
+for this attempt (refusing if a newer attempt has, fencing older ones: attempt_fencing), read
+what the group has committed, check ownership, decide commit or replay -> send the ranges' end
+offsets with the plan's group metadata -> commit -> release the claim. Any failure aborts the
+transaction, so none of the task's records become visible, and the error names the batch, task,
+partitions and transactional id.
 """
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from typing import Iterable, Iterator
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
+from . import fault_injection as faults
+from .attempt_fencing import AttemptClaim, claim_attempt
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
 from .errors import ConfigurationError, EosKafkaError, TransactionFailedError
-from .fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_BEFORE_COMMIT, crash_if_armed
 from .group_offsets import fetch_stable_commits
 from .options import ID_PER_PARTITION, SinkOptions
-from .producer_pool import WorkerProducer, admin_for, discard, producer_for
+from .producer_pool import WorkerProducer, admin_for, discard, fencing_clients_for, producer_for
 from .provenance import collect, release
 from .sink_records import KafkaRecord
 from .transactional_id_factory import lease_input_partition, lease_slot
@@ -109,20 +111,27 @@ def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker:
     delivery = _DeliveryErrors()
     files: list = []
     plan: CommitPlan | None = None
+    claim: AttemptClaim | None = None
     try:
         worker.producer.begin_transaction()
+        faults.stall_if_armed(faults.STALL_BEFORE_PRODUCE)
         count = _produce(worker, records, delivery)
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
         plan = _input_plan(provenance, options, count)
         if only_input is not None:
             _check_single_input(plan, only_input)
+        if plan is not None:
+            claim = _claim(options, plan, task, worker)
         outcome = _commit(worker, options, task, plan, count, delivery)
     except Exception as error:
-        _abort(worker, options, error)
+        if _abort(worker, options, error) and claim is not None:
+            claim.release()
         raise _explain(error, task, worker, delivery, plan) from error
     finally:
         release(files)  # a retried task is a new attempt: it hands its own ranges over
+    if claim is not None:
+        claim.release()
     message = EosKafkaCommitMessage(task.describe(), worker.transactional_id, count, outcome,
                                     plan.describe() if plan else "")
     log.info("%s: %s %d record(s) with %s%s", message.task, outcome, count, worker.transactional_id,
@@ -147,6 +156,8 @@ def _produce(worker: WorkerProducer, records: Iterable[KafkaRecord], delivery: _
                 producer.poll(0.1)
         producer.poll(0)
         count += 1
+        if count == 1:
+            faults.stall_if_armed(faults.STALL_MID_PRODUCE)
     return count
 
 
@@ -165,12 +176,21 @@ def _input_plan(provenance: list, options: SinkOptions, count: int) -> CommitPla
     return commit_plan(provenance, options.group_id)
 
 
+def _claim(options: SinkOptions, plan: CommitPlan, task: TaskInfo, worker: WorkerProducer) -> AttemptClaim | None:
+    if not plan.fencing:
+        raise ConfigurationError(f"the input of {task.describe()} was planned without a claims position; "
+                                 "the source and the sink must be the same eos-kafka version")
+    return claim_attempt(fencing_clients_for(options), plan.fencing, options.group_id, plan.partitions,
+                         task.task_attempt_id, task.describe(), worker.transactional_id)
+
+
 def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
             count: int, delivery: _DeliveryErrors) -> str:
     producer = worker.producer
     if plan is not None:
         committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
                                          options.stable_offsets_timeout_ms)
+        faults.stall_if_armed(faults.STALL_AFTER_STABLE_READ)
         check_ownership(plan, committed)
         if decide(plan, committed) is Decision.ALREADY_COMMITTED:
             # Spark replays a batch whose Kafka commit happened before its own commit log entry.
@@ -183,23 +203,33 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
     elif count == 0:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "nothing to write"
-    crash_if_armed(WORKER_BEFORE_COMMIT)
-    crash_if_armed(EXECUTOR_BEFORE_COMMIT)
+    faults.crash_if_armed(faults.WORKER_BEFORE_COMMIT)
+    faults.crash_if_armed(faults.EXECUTOR_BEFORE_COMMIT)
+    faults.stall_if_armed(faults.STALL_BEFORE_COMMIT)
     producer.commit_transaction(COMMIT_TIMEOUT_S)
     return "committed"
 
 
-def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> None:
-    kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
-    if isinstance(kafka_error, KafkaError) and kafka_error.fatal():
+def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> bool:
+    """Abort the task's transaction; True when it has certainly ended without committing."""
+    if _is_fatal(error):
         discard(options, worker.transactional_id)  # fenced or timed out by the broker: it can do nothing more
-        return
+        return True
     try:
         worker.producer.abort_transaction(COMMIT_TIMEOUT_S)
+        return True
     except KafkaException as abort_error:
         log.warning("aborting the transaction of %s failed (%s); rebuilding the producer",
                     worker.transactional_id, abort_error)
         discard(options, worker.transactional_id)
+        # A fatal abort error means the broker fenced or timed the transaction out: it is over.
+        # Otherwise it may still be open: keep the claim, so that a retry fences this id.
+        return _is_fatal(abort_error)
+
+
+def _is_fatal(error: Exception) -> bool:
+    kafka_error = error.args[0] if isinstance(error, KafkaException) and error.args else None
+    return isinstance(kafka_error, KafkaError) and kafka_error.fatal()
 
 
 def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors,

@@ -13,7 +13,7 @@ from collections import Counter
 
 from pyspark.sql import datasource
 
-from .fault_injection import DRIVER_AFTER_KAFKA_COMMIT, crash_if_armed
+from . import fault_injection as faults
 from .options import SinkOptions
 from .sink_records import records_from_arrow, records_from_rows
 from .transactional_writer import write_task
@@ -45,7 +45,7 @@ class EosKafkaStreamWriter(_StreamBase):
 
     def commit(self, messages, batchId) -> None:
         log.info("batch %s written: %s", batchId, _summary(messages))
-        crash_if_armed(DRIVER_AFTER_KAFKA_COMMIT)
+        faults.crash_if_armed(faults.DRIVER_AFTER_KAFKA_COMMIT)
 
     def abort(self, messages, batchId) -> None:
         # Every task aborts its own transaction on failure; committed tasks stay committed and a

@@ -1,16 +1,18 @@
 """The sink's transactions: producers per worker slot, ownership (G4) and fencing (G3)."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from pyspark_eos.attempt_fencing import ClaimsLog
 from pyspark_eos.commit_offsets import partition_metadata
 from pyspark_eos.errors import UnassignedPartitionError
 from pyspark_eos.group_membership import GroupMembership
 from pyspark_eos.offset_planning import OffsetRange
-from pyspark_eos.options import SinkOptions
+from pyspark_eos.options import DEFAULT_CLAIMS_TOPIC, SinkOptions
 from pyspark_eos.provenance import Provenance, record_read
 from pyspark_eos.sink_records import KafkaRecord
 from pyspark_eos.transactional_writer import write_task
@@ -91,7 +93,8 @@ def _split(membership):
 
 
 def write_as_task(bootstrap: str, group: str, output: str, provenance: Provenance, attempt: int):
-    record_read(attempt, provenance)
+    fencing = ClaimsLog(bootstrap, {}, DEFAULT_CLAIMS_TOPIC).open_plan(group)
+    record_read(attempt, dataclasses.replace(provenance, fencing=fencing))
     options = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": output, "kafka.group.id": group,
                                  "transactionalIdPrefix": unique_name("g4")})
     return write_task([KafkaRecord(output, None, None, b"result", None)], options)

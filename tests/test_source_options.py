@@ -20,6 +20,7 @@ def test_defaults_follow_sparks_kafka_source():
     assert streaming.fail_on_data_loss is True and streaming.include_headers is False
     assert streaming.max_offsets_per_trigger is None
     assert streaming.stable_offsets_timeout_ms == 90_000  # librdkafka's 60 s transaction timeout + margin
+    assert streaming.claims_topic == "eos-kafka-claims" and parse(claimsTopic="c.1").claims_topic == "c.1"
 
 
 def test_keys_are_case_insensitive_and_kafka_params_pass_through():
@@ -61,6 +62,8 @@ def test_stable_timeout_follows_the_transaction_timeout():
     ({"kafka.isolation.level": "read_uncommitted"}, "read_uncommitted.*break exactly-once"),
     ({"kafka.group.id": "gr\u00fcppe"}, "must be printable ASCII"),
     ({"endingOffsets": "latest"}, "endingOffsets options apply to batch queries only"),
+    ({"claimsTopic": "claims/of mine"}, "claimsTopic='claims/of mine' is not a valid Kafka topic name"),
+    ({"claimsTopic": " "}, "claimsTopic='' is not a valid Kafka topic name"),
     ({"maxOfsetsPerTrigger": "5"}, "unknown option\\(s\\) for the eos-kafka source: maxofsetspertrigger; valid options"),
 ])
 def test_bad_options_are_named_with_the_fix(options, message):

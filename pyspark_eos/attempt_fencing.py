@@ -1,0 +1,321 @@
+"""Fencing layer 2: of all the attempts Spark runs of one write task, one commits.
+
+Layer 1 (group_membership) fences *instances* of a pipeline. It cannot fence two attempts of one
+task in the same run: a retry after the driver declared an executor lost (while the executor
+only stalled, as in a long GC pause or a network partition) or a speculative copy. Both carry
+the same plan, and with one producer per write slot they use different transactional ids, so the
+broker accepts both commits; the replay check (read the group's offsets, then commit) is
+check-then-act and cannot close that window by itself.
+
+The claims protocol closes it with Kafka's own fencing primitive, ``init_transactions`` on a
+transactional id (it aborts that id's open transaction and bumps its epoch; the holder's next
+send_offsets or commit fails with PRODUCER_FENCED):
+
+1. Planning appends a *plan* record to the claims topic (one partition) and stamps every input
+   partition with its offset. Plans are made one after another, so a later plan has a larger
+   offset: a new run's plan of a batch is newer than the dead run's plan of it. (The group
+   generation cannot order runs: a static member that rejoins keeps it.)
+2. An attempt's epoch is (plan offset, Spark's taskAttemptId). Before its stable read of the
+   group's offsets, the attempt appends a *claim* (group, input partitions, epoch, its
+   transactional id) with acks=all and reads the claims from its plan's record up to its own.
+3. A claim on any of its partitions with a higher epoch: this attempt is stale; it aborts and
+   fails with StaleAttemptError. A claim with a lower epoch under another transactional id and
+   no release: that attempt may still commit, so this one fences its id first.
+4. An attempt that ended (committed, or aborted for certain) appends a *release*, so that a later
+   attempt does not fence an id a healthy worker has moved on with.
+
+Of any two attempts, the one whose claim lands later reads the other's: if it is the newer one it
+fences the older before reading the group's offsets; if it is the older one it refuses. A zombie
+therefore either refuses, or finds its producer fenced, or finds the batch already committed (the
+replay check). docs/model/ holds a model of this protocol checked with spin.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .errors import ConfigurationError, KafkaClientError, StaleAttemptError
+from .fault_injection import ATTEMPT_FENCING_OFF, is_switched_off
+
+log = logging.getLogger(__name__)
+
+PLAN, CLAIM, RELEASE = "plan", "claim", "release"
+REQUEST_TIMEOUT_S = 30.0
+FENCE_TIMEOUT_S = 120.0
+# Claims must outlive any attempt that could still act on them; a week is far beyond Spark's
+# task and transaction timeouts. An attempt whose plan's claims are gone refuses (see _read).
+CLAIMS_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class FencingPlan:
+    """Stamped on every input partition of one plan: where that plan's claims start."""
+
+    topic: str
+    epoch: int  # the offset of the plan's record in the claims topic
+
+
+@dataclass(frozen=True, order=True)
+class AttemptEpoch:
+    plan: int
+    attempt: int  # TaskContext.taskAttemptId(): grows within one run (one SparkContext)
+
+    def __str__(self) -> str:
+        return f"plan {self.plan} attempt {self.attempt}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    kind: str
+    group: str
+    partitions: frozenset[TopicPartitionKey]
+    epoch: AttemptEpoch
+    transactional_id: str
+    task: str
+    offset: int = -1
+
+    def to_json(self) -> bytes:
+        return json.dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
+                           "plan": self.epoch.plan, "attempt": self.epoch.attempt,
+                           "transactional_id": self.transactional_id, "task": self.task}).encode()
+
+    @classmethod
+    def from_message(cls, message) -> "Claim | None":
+        try:
+            data = json.loads(message.value())
+            if data.get("kind") not in (CLAIM, RELEASE):
+                return None
+            return cls(data["kind"], data["group"], frozenset((t, p) for t, p in data["partitions"]),
+                       AttemptEpoch(data["plan"], data["attempt"]), data["transactional_id"], data.get("task", "?"),
+                       message.offset())
+        except (ValueError, KeyError, TypeError):
+            return None  # a plan record, or something that is not ours
+
+
+# ------------------------------------------------------------------------------ driver side
+
+class ClaimsLog:
+    """The driver's end of the claims topic: creates it once, appends one plan record per plan."""
+
+    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str):
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_params = kafka_params
+        self.topic = topic
+        self._producer: Producer | None = None
+
+    def open_plan(self, group_id: str) -> FencingPlan:
+        if self._producer is None:
+            ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
+            self._producer = claims_producer(self.bootstrap_servers, self.kafka_params)
+        value = json.dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()}).encode()
+        offset = append(self._producer, self.topic, group_id, value)
+        return FencingPlan(self.topic, offset)
+
+
+def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str) -> None:
+    admin = AdminClient({**kafka_params, "bootstrap.servers": bootstrap_servers})
+    metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
+    if topic in metadata.topics and metadata.topics[topic].error is None:
+        return
+    brokers = len(metadata.brokers)
+    # One partition: every claim of a plan is totally ordered against every other.
+    new = NewTopic(topic, 1, min(3, brokers), config={"retention.ms": str(CLAIMS_RETENTION_MS),
+                                                      "cleanup.policy": "delete"})
+    try:
+        admin.create_topics([new], operation_timeout=REQUEST_TIMEOUT_S)[topic].result(REQUEST_TIMEOUT_S)
+        log.info("created the claims topic %s (1 partition, replication %d)", topic, min(3, brokers))
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise KafkaClientError(
+            f"creating the claims topic {topic!r} failed: {error.args[0]}; create it (1 partition) or let "
+            "the pipeline's principal CREATE it, or name an existing one with the source option claimsTopic"
+        ) from error
+
+
+def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
+    # Not transactional: a claim must be visible to every other attempt the moment it is acknowledged.
+    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
+                     "enable.idempotence": True, "linger.ms": 0})
+
+
+def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
+    """Produce one record to partition 0 and wait for its offset (acks=all)."""
+    result: list = []
+    producer.produce(topic, key=key.encode(), value=value, partition=0,
+                     on_delivery=lambda error, message: result.append((error, message)))
+    deadline = time.monotonic() + timeout_s
+    while not result and time.monotonic() < deadline:
+        producer.poll(0.05)
+    if not result:
+        raise KafkaClientError(f"appending to the claims topic {topic!r} timed out after {timeout_s:.0f} s; "
+                               "check that the brokers are reachable and the principal may WRITE it")
+    error, message = result[0]
+    if error is not None:
+        raise KafkaClientError(f"appending to the claims topic {topic!r} failed: {error.str()}; "
+                               "check that the principal may WRITE it")
+    return message.offset()
+
+
+# ---------------------------------------------------------------------------- executor side
+
+@dataclass
+class AttemptClaim:
+    """This attempt's claim; released once its transaction has ended either way."""
+
+    claim: Claim
+    topic: str
+    producer: Producer
+
+    def release(self) -> None:
+        # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.
+        released = Claim(RELEASE, self.claim.group, self.claim.partitions, self.claim.epoch,
+                         self.claim.transactional_id, self.claim.task)
+        try:
+            self.producer.produce(self.topic, key=released.group.encode(), value=released.to_json(), partition=0)
+            self.producer.poll(0)
+        except (KafkaException, BufferError) as error:
+            log.warning("releasing the claim of %s failed (%s); a retry may fence %s needlessly",
+                        self.claim.task, error, self.claim.transactional_id)
+
+
+def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group: str,
+                  partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
+                  transactional_id: str) -> AttemptClaim | None:
+    """Claim the task's input for this attempt: refuse if a newer attempt has, fence older ones."""
+    if is_switched_off(ATTEMPT_FENCING_OFF):
+        log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
+        return None
+    plans = sorted(set(plans), key=lambda p: p.epoch)
+    topics = {p.topic for p in plans}
+    if len(topics) != 1:
+        raise ConfigurationError(f"the sources of this task use different claims topics {sorted(topics)}; "
+                                 "give every eos-kafka source of a pipeline the same claimsTopic")
+    topic = topics.pop()
+    own = Claim(CLAIM, group, frozenset(partitions), AttemptEpoch(plans[-1].epoch, task_attempt_id),
+                transactional_id, task)
+    producer = clients.producer()
+    offset = append(producer, topic, group, own.to_json())
+    rivals = [c for c in _read(clients.consumer(), topic, plans[0].epoch, offset)
+              if c.group == group and c.partitions & own.partitions and c.offset != offset]
+    newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
+    if newer:
+        raise StaleAttemptError(
+            f"a newer attempt of this task ({newer[0].task}, {newer[0].epoch}, transactional id "
+            f"{newer[0].transactional_id!r}) has claimed its input: this attempt ({own.epoch}) is stale (its executor "
+            "stalled and was declared lost, or it is a speculative copy that lost the race) and refuses to commit. "
+            "Nothing to do: Spark keeps the newer attempt's output"
+        )
+    for zombie in _unreleased_older(rivals, own):
+        fence(clients, zombie, own)
+    return AttemptClaim(own, topic, producer)
+
+
+def _unreleased_older(rivals: list[Claim], own: Claim) -> list[Claim]:
+    released = {(c.epoch, c.transactional_id) for c in rivals if c.kind == RELEASE}
+    older = {}
+    for c in rivals:
+        if (c.kind == CLAIM and c.epoch < own.epoch and c.transactional_id != own.transactional_id
+                and (c.epoch, c.transactional_id) not in released):
+            older.setdefault(c.transactional_id, c)
+    return list(older.values())
+
+
+def fence(clients: "FencingClients", zombie: Claim, own: Claim) -> None:
+    """init_transactions on the older attempt's id: the broker aborts its open transaction and
+    bumps the id's epoch, so that attempt can neither send offsets nor commit any more."""
+    started = time.monotonic()
+    log.warning("%s (%s): fencing an older attempt of this task, %s (%s), by initializing its transactional "
+                "id %r", own.task, own.epoch, zombie.task, zombie.epoch, zombie.transactional_id)
+    producer = clients.fencing_producer(zombie.transactional_id)
+    try:
+        producer.init_transactions(FENCE_TIMEOUT_S)
+    except KafkaException as error:
+        raise KafkaClientError(
+            f"fencing transactional id {zombie.transactional_id!r} of an older attempt of this task failed: "
+            f"{error.args[0]}; check that the brokers are reachable and the principal may WRITE that id"
+        ) from error
+    log.warning("%s: fenced %r in %.2f s; its open transaction, if any, is aborted", own.task,
+                zombie.transactional_id, time.monotonic() - started)
+
+
+def _read(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
+    """The claims topic from ``start`` to ``last`` inclusive."""
+    if last < start:
+        raise StaleAttemptError(
+            f"the claims topic {topic!r} ends at {last}, before this plan's record at {start}: it was deleted "
+            "and created again since the batch was planned; refusing to commit. Restart the query"
+        )
+    consumer.assign([TopicPartition(topic, 0, start)])
+    claims: list[Claim] = []
+    position = start
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while position <= last:
+        if time.monotonic() > deadline:
+            raise KafkaClientError(f"reading the claims topic {topic!r} from {start} to {last} timed out after "
+                                   f"{REQUEST_TIMEOUT_S:.0f} s (at {position})")
+        for message in consumer.consume(500, 0.5):
+            error = message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise StaleAttemptError(
+                    f"reading the claims topic {topic!r} from this plan's record at {start} failed ({error.str()}): "
+                    "the claims are gone (retention?), so this attempt cannot show that it is the newest; refusing "
+                    "to commit. Spark's retry of the batch re-plans it"
+                )
+            if error is None and message.offset() <= last:
+                position = message.offset() + 1
+                claim = Claim.from_message(message)
+                if claim is not None:
+                    claims.append(claim)
+    return claims
+
+
+class FencingClients:
+    """A worker's claims producer and consumer, made once per process (see producer_pool)."""
+
+    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group: str,
+                 transaction_timeout_ms: int):
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_params = kafka_params
+        self.group = group
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = claims_producer(self.bootstrap_servers, self.kafka_params)
+        return self._producer
+
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({
+                **self.kafka_params,
+                "bootstrap.servers": self.bootstrap_servers,
+                # The pipeline's group, which its principal may already use; never joined: assign() only.
+                "group.id": self.group,
+                "enable.auto.commit": "false",
+                "enable.partition.eof": "true",
+                "auto.offset.reset": "error",
+                "isolation.level": "read_uncommitted",
+                "fetch.wait.max.ms": 50,
+            })
+        return self._consumer
+
+    def fencing_producer(self, transactional_id: str) -> Producer:
+        """Short-lived: it exists only to initialize ``transactional_id`` and holds no transaction."""
+        return Producer({
+            **self.kafka_params,
+            "bootstrap.servers": self.bootstrap_servers,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+        })

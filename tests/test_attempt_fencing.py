@@ -1,0 +1,113 @@
+"""The claims protocol against the broker: a newer attempt of a task fences an older one's
+transactional id, an older attempt that claims after a newer one refuses (attempt_fencing)."""
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pyspark_eos.attempt_fencing import ClaimsLog, FencingClients, claim_attempt
+from pyspark_eos.errors import StaleAttemptError
+
+from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name
+
+INPUT = [("orders", 0)]
+
+
+class Ground:
+    def __init__(self, bootstrap: str):
+        self.bootstrap = bootstrap
+        self.group = unique_name("fencing")
+        self.claims = ClaimsLog(bootstrap, {}, unique_name("claims"))
+        self.clients = FencingClients(bootstrap, {}, self.group, 60000)
+        self.output = create_topic(bootstrap, unique_name("out"))
+
+    def plan(self):
+        return self.claims.open_plan(self.group)
+
+    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT):
+        return claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
+                             transactional_id)
+
+    def open_transaction(self, transactional_id: str):
+        """An attempt's producer, mid-transaction with one record produced."""
+        producer = transactional_producer(self.bootstrap, transactional_id)
+        producer.begin_transaction()
+        producer.produce(self.output, value=transactional_id.encode())
+        producer.flush(30)
+        return producer
+
+
+@pytest.fixture
+def ground(kafka) -> Ground:
+    return Ground(kafka.bootstrap_servers)
+
+
+def _fatal(error: KafkaException) -> bool:
+    return error.args[0].fatal()
+
+
+def test_a_newer_attempt_fences_the_older_attempts_open_transaction(ground):
+    plan = ground.plan()
+    older_id, newer_id = unique_name("older"), unique_name("newer")
+    older = ground.open_transaction(older_id)
+    ground.claim(plan, 5, older_id)
+    ground.claim(plan, 6, newer_id)  # reads the older claim: init_transactions on older_id
+    with pytest.raises(KafkaException) as fenced:
+        older.send_offsets_to_transaction([TopicPartition("orders", 0, 10)],
+                                          _group_metadata(ground), 30)
+        older.commit_transaction(30)
+    assert _fatal(fenced.value), fenced.value
+    assert read_committed(ground.bootstrap, ground.output) == []
+
+
+def test_an_older_attempt_that_claims_after_a_newer_one_refuses(ground):
+    plan = ground.plan()
+    ground.claim(plan, 6, unique_name("newer"))
+    with pytest.raises(StaleAttemptError, match=r"a newer attempt of this task \(task 0 \(attempt 6\), plan"):
+        ground.claim(plan, 5, unique_name("older"))
+
+
+def test_a_later_plan_is_newer_whatever_the_task_attempt_ids(ground):
+    # A restarted query re-plans the batch; Spark's task attempt ids start again from 0.
+    old_run, new_run = ground.plan(), ground.plan()
+    old_id = unique_name("old-run")
+    old = ground.open_transaction(old_id)
+    ground.claim(old_run, 500, old_id)
+    ground.claim(new_run, 1, unique_name("new-run"))
+    with pytest.raises(KafkaException) as fenced:
+        old.commit_transaction(30)
+    assert _fatal(fenced.value)
+    with pytest.raises(StaleAttemptError):
+        ground.claim(old_run, 501, unique_name("old-run"))
+
+
+def test_a_released_claim_is_not_fenced_and_other_partitions_are_not_touched(ground):
+    plan = ground.plan()
+    released_id, other_partition_id = unique_name("released"), unique_name("other")
+    ground.claim(plan, 5, released_id).release()
+    reused = ground.open_transaction(released_id)  # the worker moved on with its producer
+    other = ground.open_transaction(other_partition_id)
+    ground.claim(plan, 7, other_partition_id, partitions=[("orders", 1)])
+    ground.claim(plan, 6, unique_name("newer"))
+    ground.clients.producer().flush(30)
+    reused.commit_transaction(30)
+    other.commit_transaction(30)
+    assert sorted(r.value for r in read_committed(ground.bootstrap, ground.output)) == \
+        sorted([released_id.encode(), other_partition_id.encode()])
+
+
+def test_an_attempt_whose_plans_claims_are_gone_refuses(ground):
+    plan = ground.plan()
+    ground.plan()
+    admin = AdminClient({"bootstrap.servers": ground.bootstrap})
+    (deleted,) = admin.delete_records([TopicPartition(plan.topic, 0, plan.epoch + 1)]).values()
+    deleted.result(30)  # as retention would
+    with pytest.raises(StaleAttemptError, match="the claims are gone"):
+        ground.claim(plan, 5, unique_name("late"))
+
+
+def _group_metadata(ground):
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": ground.bootstrap, "group.id": ground.group}).consumer_group_metadata()
