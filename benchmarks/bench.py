@@ -1,7 +1,7 @@
 """eos-kafka side by side with Spark's Kafka connector, Kafka's own exactly-once copier and the
 plain Python client, on one embedded broker and one machine.
 
-    .venv/bin/python -m benchmarks.bench [--scale quick|full] [--parts copy,alone,scaling,txn]
+    .venv/bin/python -m benchmarks.bench [--scale quick|full] [--parts copy,alone,scaling,txn,fencing]
 
 Parts:
   copy     Kafka -> Kafka copy, 100-byte and 1-KB records: every contender, records/s and batch p50/p99
@@ -9,6 +9,8 @@ Parts:
   scaling  8, 64, 256 input partitions, same total records: one producer per write slot against
            a producer per input partition (the pre-KIP-447 design), transactional ids counted
   txn      per-batch cost against records per micro-batch, for eos-kafka and Spark's connector
+  fencing  what attempt fencing (the claims protocol) costs: the copy with it and with it switched
+           off, runs alternated, at 8 and 64 partitions (one claim per write task)
 
 Prints a table per part and appends the run to benchmarks/results/history.jsonl (with machine
 and versions); benchmarks/results/latest.csv and *.png describe the newest run.
@@ -35,7 +37,7 @@ COPY_CONTENDERS = {
     "kafka-copier": contenders.kafka_copier,
     "python-loop": contenders.python_loop,
 }
-PARTS = ("copy", "alone", "scaling", "txn")
+PARTS = ("copy", "alone", "scaling", "txn", "fencing")
 
 
 def prepared_input(ground: contenders.Ground, records: int, size: int, partitions: int) -> str:
@@ -123,7 +125,30 @@ def txn_part(ground, scale: Scale) -> list[dict]:
     return rows
 
 
-RUNNERS = {"copy": copy_part, "alone": alone_part, "scaling": scaling_part, "txn": txn_part}
+def fencing_part(ground, scale: Scale) -> list[dict]:
+    rows = []
+    for partitions in scale.scaling_partitions[:2]:
+        source = prepared_input(ground, scale.fencing_records, 100, partitions)
+        batch = max(scale.fencing_records // 8, partitions)
+        runs: dict[str, list] = {"eos-kafka fencing off": [], "eos-kafka": []}
+        for repeat in range(scale.repeats):
+            for name in runs:  # alternated, so drift in the machine's speed hits both alike
+                with contenders.attempt_fencing(ground, on=name == "eos-kafka"):
+                    run = measured(name, contenders.eos_kafka_copy, ground, source, partitions,
+                                   scale.fencing_records, batch, name=name)
+                runs[name].append(run)
+                log.info("fencing %d partitions, repeat %d/%d: %s %.1f s", partitions, repeat + 1, scale.repeats,
+                         name, run.seconds)
+        part_rows = [report.summarize("fencing", {"partitions": partitions}, r) for r in runs.values()]
+        off, on = (row["median_records_per_s"] for row in part_rows)
+        print(f"  {partitions:>4} partitions: with fencing {on / off:.3f}x the throughput without")
+        rows += part_rows
+    report.print_table("Attempt fencing: the copy with and without the claims protocol", rows, ("partitions",))
+    return rows
+
+
+RUNNERS = {"copy": copy_part, "alone": alone_part, "scaling": scaling_part, "txn": txn_part,
+           "fencing": fencing_part}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ transaction every ``batch_records`` records.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -22,7 +23,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pyspark_eos.embedded_kafka import create_topic, kafka_tool_command
-from pyspark_eos.local_spark import jars_not_in_spark, local_spark_session
+from pyspark_eos.fault_injection import ATTEMPT_FENCING_OFF, arm
+from pyspark_eos.local_spark import executor_local_dirs, jars_not_in_spark, local_spark_session
 from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.output_check import last_stable_offsets
 
@@ -69,6 +71,17 @@ def warm_up(ground: Ground) -> None:
     write_input(ground.bootstrap, source, 2000, 100, 2)
     eos_kafka_copy(ground, source, 2, 2000, 1000)
     spark_kafka_copy(ground, source, 2, 2000, 1000)
+
+
+@contextlib.contextmanager
+def attempt_fencing(ground: Ground, on: bool):
+    """Runs inside with the sink's attempt fencing on, or switched off (fault injection's switch)."""
+    switches = [] if on else [arm(ATTEMPT_FENCING_OFF, d) for d in executor_local_dirs(ground.spark)]
+    try:
+        yield
+    finally:
+        for switch in switches:
+            switch.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- copy pipelines

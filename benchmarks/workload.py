@@ -32,17 +32,18 @@ class Scale:
     scaling_repeats: int
     txn_batch_sizes: tuple[int, ...]
     txn_batches: int           # micro-batches per run: the input is this many batches of each size
+    fencing_records: int       # the copy with and without attempt fencing (8 micro-batches)
 
 
 SCALES = {
     "quick": Scale("quick", copy_cases=((100, 40_000), (1000, 40_000)), partitions=8, repeats=1,
                    batch_records=10_000, alone_records=40_000, scaling_partitions=(8, 64), scaling_records=16_000,
-                   scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4),
+                   scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4, fencing_records=40_000),
     # About 40 minutes on 2 cores; per-task costs make 256 partitions slow, hence one repeat there.
     "full": Scale("full", copy_cases=((100, 3_000_000), (1000, 2_000_000)), partitions=8, repeats=3,
                   batch_records=100_000, alone_records=500_000, scaling_partitions=(8, 64, 256),
                   scaling_records=256_000, scaling_repeats=1, txn_batch_sizes=(1_000, 10_000, 100_000),
-                  txn_batches=8),
+                  txn_batches=8, fencing_records=400_000),
 }
 
 
