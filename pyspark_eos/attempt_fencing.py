@@ -170,19 +170,39 @@ def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: fl
 
 @dataclass
 class AttemptClaim:
-    """This attempt's claim; released once its transaction has ended either way."""
+    """This attempt's claim, appended: ``enforce`` it, and ``release`` it once the attempt's
+    transaction has ended either way (also when ``enforce`` refused)."""
 
     claim: Claim
     topic: str
-    producer: Producer
+    start: int  # the earliest plan record of the task's input: where its claims begin
+    offset: int
+    clients: "FencingClients"
+
+    def enforce(self) -> None:
+        """Refuse if a newer attempt has claimed this input; fence every older one that may commit."""
+        own = self.claim
+        rivals = [c for c in _read(self.clients.consumer(), self.topic, self.start, self.offset)
+                  if c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
+        newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
+        if newer:
+            raise StaleAttemptError(
+                f"a newer attempt of this task ({newer[0].task}, {newer[0].epoch}, transactional id "
+                f"{newer[0].transactional_id!r}) has claimed its input: this attempt ({own.epoch}) is stale (its "
+                "executor stalled and was declared lost, or it is a speculative copy that lost the race) and refuses "
+                "to commit. Nothing to do: Spark keeps the newer attempt's output"
+            )
+        for zombie in _unreleased_older(rivals, own):
+            fence(self.clients, zombie, own)
 
     def release(self) -> None:
         # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.
         released = Claim(RELEASE, self.claim.group, self.claim.partitions, self.claim.epoch,
                          self.claim.transactional_id, self.claim.task)
         try:
-            self.producer.produce(self.topic, key=released.group.encode(), value=released.to_json(), partition=0)
-            self.producer.poll(0)
+            producer = self.clients.producer()
+            producer.produce(self.topic, key=released.group.encode(), value=released.to_json(), partition=0)
+            producer.poll(0)
         except (KafkaException, BufferError) as error:
             log.warning("releasing the claim of %s failed (%s); a retry may fence %s needlessly",
                         self.claim.task, error, self.claim.transactional_id)
@@ -191,7 +211,7 @@ class AttemptClaim:
 def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group: str,
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
                   transactional_id: str) -> AttemptClaim | None:
-    """Claim the task's input for this attempt: refuse if a newer attempt has, fence older ones."""
+    """Append this attempt's claim on the task's input (None while fencing is switched off)."""
     if is_switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
@@ -203,21 +223,8 @@ def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group
     topic = topics.pop()
     own = Claim(CLAIM, group, frozenset(partitions), AttemptEpoch(plans[-1].epoch, task_attempt_id),
                 transactional_id, task)
-    producer = clients.producer()
-    offset = append(producer, topic, group, own.to_json())
-    rivals = [c for c in _read(clients.consumer(), topic, plans[0].epoch, offset)
-              if c.group == group and c.partitions & own.partitions and c.offset != offset]
-    newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
-    if newer:
-        raise StaleAttemptError(
-            f"a newer attempt of this task ({newer[0].task}, {newer[0].epoch}, transactional id "
-            f"{newer[0].transactional_id!r}) has claimed its input: this attempt ({own.epoch}) is stale (its executor "
-            "stalled and was declared lost, or it is a speculative copy that lost the race) and refuses to commit. "
-            "Nothing to do: Spark keeps the newer attempt's output"
-        )
-    for zombie in _unreleased_older(rivals, own):
-        fence(clients, zombie, own)
-    return AttemptClaim(own, topic, producer)
+    offset = append(clients.producer(), topic, group, own.to_json())
+    return AttemptClaim(own, topic, plans[0].epoch, offset, clients)
 
 
 def _unreleased_older(rivals: list[Claim], own: Claim) -> list[Claim]:
@@ -263,20 +270,31 @@ def _read(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
         if time.monotonic() > deadline:
             raise KafkaClientError(f"reading the claims topic {topic!r} from {start} to {last} timed out after "
                                    f"{REQUEST_TIMEOUT_S:.0f} s (at {position})")
-        for message in consumer.consume(500, 0.5):
-            error = message.error()
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                raise StaleAttemptError(
-                    f"reading the claims topic {topic!r} from this plan's record at {start} failed ({error.str()}): "
-                    "the claims are gone (retention?), so this attempt cannot show that it is the newest; refusing "
-                    "to commit. Spark's retry of the batch re-plans it"
-                )
-            if error is None and message.offset() <= last:
-                position = message.offset() + 1
-                claim = Claim.from_message(message)
-                if claim is not None:
-                    claims.append(claim)
+        # poll, not consume(n, timeout): consume waits out its timeout unless n records arrive.
+        message = consumer.poll(0.5)
+        if message is None or _skippable(message.error(), topic, start):
+            continue
+        position = message.offset() + 1
+        claim = Claim.from_message(message) if message.offset() <= last else None
+        if claim is not None:
+            claims.append(claim)
     return claims
+
+
+def _skippable(error: KafkaError | None, topic: str, start: int) -> bool:
+    """True for an error to read past; raises for one that ends the read."""
+    if error is None:
+        return False
+    if error.code() == KafkaError._AUTO_OFFSET_RESET:  # the plan's offset is below the log start
+        raise StaleAttemptError(
+            f"reading the claims topic {topic!r} from this plan's record at {start} failed ({error.str()}): the "
+            "claims are gone (retention?), so this attempt cannot show that it is the newest; refusing to commit. "
+            "Restart the query to re-plan the batch"
+        )
+    if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+        return True
+    raise KafkaClientError(f"reading the claims topic {topic!r} failed: {error.str()}; check that the principal "
+                           "may READ it")
 
 
 class FencingClients:

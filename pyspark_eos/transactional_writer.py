@@ -123,6 +123,8 @@ def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker:
             _check_single_input(plan, only_input)
         if plan is not None:
             claim = _claim(options, plan, task, worker)
+            if claim is not None:
+                claim.enforce()
         outcome = _commit(worker, options, task, plan, count, delivery)
     except Exception as error:
         if _abort(worker, options, error) and claim is not None:

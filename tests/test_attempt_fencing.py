@@ -26,8 +26,10 @@ class Ground:
         return self.claims.open_plan(self.group)
 
     def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT):
-        return claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
-                             transactional_id)
+        claim = claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
+                              transactional_id)
+        claim.enforce()
+        return claim
 
     def open_transaction(self, transactional_id: str):
         """An attempt's producer, mid-transaction with one record produced."""
