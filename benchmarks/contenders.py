@@ -22,6 +22,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pyspark_eos.attempt_fencing import ClaimsLog, FencingClients, claim_attempt
 from pyspark_eos.embedded_kafka import create_topic, kafka_tool_command
 from pyspark_eos.fault_injection import ATTEMPT_FENCING_OFF, arm
 from pyspark_eos.local_spark import executor_local_dirs, jars_not_in_spark, local_spark_session
@@ -82,6 +83,26 @@ def attempt_fencing(ground: Ground, on: bool):
     finally:
         for switch in switches:
             switch.unlink(missing_ok=True)
+
+
+def claim_cost_ms(ground: Ground, tasks: int = 200, tasks_per_plan: int = 8) -> list[float]:
+    """Milliseconds a write task spends in the claims protocol (append a claim, read the plan's
+    claims, release), timed one task after another in one process, with no rival attempt."""
+    group = unique("bench-claims")
+    claims = ClaimsLog(ground.bootstrap, {}, unique("bench-claims"))
+    clients = FencingClients(ground.bootstrap, {}, group, 60000)
+    timings = []
+    for index in range(tasks):
+        if index % tasks_per_plan == 0:
+            plan = claims.open_plan(group)
+        started = time.perf_counter()
+        claim = claim_attempt(clients, [plan], group, [("input", index % tasks_per_plan)], index,
+                              f"task {index}", f"bench.{index % 2}")
+        claim.enforce()
+        claim.release()
+        timings.append((time.perf_counter() - started) * 1000)
+    clients.producer().flush(30)
+    return timings[tasks_per_plan:]  # the first plan's tasks pay for connecting
 
 
 # ----------------------------------------------------------------------------- copy pipelines

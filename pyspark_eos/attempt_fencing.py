@@ -263,6 +263,15 @@ def _read(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
             "and created again since the batch was planned; refusing to commit. Restart the query"
         )
     consumer.assign([TopicPartition(topic, 0, start)])
+    try:
+        return _read_assigned(consumer, topic, start, last)
+    finally:
+        # No background fetch at the partition's end while the worker does other work: the next
+        # assign() would wait for it (up to fetch.wait.max.ms) before fetching from its own start.
+        consumer.unassign()
+
+
+def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
     claims: list[Claim] = []
     position = start
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
@@ -325,7 +334,7 @@ class FencingClients:
                 "enable.partition.eof": "true",
                 "auto.offset.reset": "error",
                 "isolation.level": "read_uncommitted",
-                "fetch.wait.max.ms": 50,
+                "fetch.wait.max.ms": 10,
             })
         return self._consumer
 
