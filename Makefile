@@ -6,14 +6,14 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test setup broker-jars dist bench
+.PHONY: demo test setup broker-jars dist bench spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
 	$(PY) -m pyspark_eos.example_pipeline
 
 ## test: install everything (venv, package, broker jars) and run the whole test suite
-test: setup
+test: setup spin
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 setup: $(STAMP) broker-jars
@@ -40,3 +40,11 @@ bench: setup $(VENV)/.bench-installed
 $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat
 	touch $@
+
+## model: model-check the sink's attempt-fencing protocol with spin (see docs/model/README.md)
+model: spin
+	$(PYTHON) docs/model/check.py
+
+## spin: install the spin model checker (Debian/Ubuntu package spin) if it is missing
+spin:
+	command -v spin >/dev/null || (apt-get update -qq && apt-get install -y -qq spin)

@@ -127,9 +127,13 @@ def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], to
     if topic in metadata.topics and metadata.topics[topic].error is None:
         return
     brokers = len(metadata.brokers)
-    # One partition: every claim of a plan is totally ordered against every other.
-    new = NewTopic(topic, 1, min(3, brokers), config={"retention.ms": str(CLAIMS_RETENTION_MS),
-                                                      "cleanup.policy": "delete"})
+    # One partition: every claim of a plan is totally ordered against every other. An acknowledged
+    # claim must survive its leader's loss (a newer attempt that misses it would not fence the
+    # older one): acks=all with two in-sync replicas where the cluster has them.
+    config = {"retention.ms": str(CLAIMS_RETENTION_MS), "cleanup.policy": "delete"}
+    if brokers >= 3:
+        config["min.insync.replicas"] = "2"
+    new = NewTopic(topic, 1, min(3, brokers), config=config)
     try:
         admin.create_topics([new], operation_timeout=REQUEST_TIMEOUT_S)[topic].result(REQUEST_TIMEOUT_S)
         log.info("created the claims topic %s (1 partition, replication %d)", topic, min(3, brokers))

@@ -1,0 +1,423 @@
+/*
+ * attempt_fencing.pml: the sink's per-task commit protocol ("attempt fencing"), in Promela.
+ *
+ * One Spark write task reads the input range [s, e) of one Kafka partition and commits, in ONE
+ * Kafka transaction, its output records and the consumer group's offset e (KIP-447,
+ * sendOffsetsToTransaction). Spark may run several attempts of the task: a retry after the
+ * executor was declared lost (while it only stalled: GC pause, network partition) or a
+ * speculative copy. Every attempt that is not told otherwise goes on to commit. This model
+ * checks that, whatever the interleaving and wherever attempts stall, fail or crash, each
+ * batch's output becomes visible at most once, the group's committed offset never moves back,
+ * and the offset is at a batch's end exactly when that batch's output is visible.
+ *
+ * Configuration (spin -a -DNAME[=VALUE] attempt_fencing.pml; docs/model/check.py runs them all):
+ *   ATTEMPTS=n   attempts of batch 1's task in the run (1, 2 or 3)
+ *   BATCH2       one more attempt: batch 2's task, launched once batch 1's task succeeded
+ *   RESTART      one more attempt: batch 1's task again, in a new run of the query (a restarted
+ *                driver that replays batch 1; it joins the group and plans anew)
+ *   REUSE_ID     attempt 2 uses attempt 1's transactional id (a retry in the same executor slot)
+ *   NO_CLAIMS    skip steps 3 and 4: the stable read and the replay check only (the sink before
+ *                attempt fencing)
+ *   RELEASE_IN_FLIGHT  an attempt may append its RELEASE while its commit request is in flight
+ *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
+ *
+ * Granularity: each atomic block below is ONE Kafka request (with the local decision taken on
+ * its answer), or one step of Spark's scheduler. Nothing larger is atomic, so every interleaving
+ * of the requests of all attempts, the drivers and the broker is explored. An attempt that is
+ * never scheduled again has crashed or stalled for good; one scheduled late has stalled that long.
+ *
+ * Offsets are small integers: batch 1 reads [0, 1), batch 2 reads [1, 2). For batch b,
+ * s = b - 1 and e = b.
+ */
+
+#ifndef ATTEMPTS
+#define ATTEMPTS 2
+#endif
+
+#if defined(BATCH2) && defined(RESTART)
+#error "BATCH2 and RESTART are separate configurations"
+#endif
+
+#if defined(BATCH2) || defined(RESTART)
+#define NA (ATTEMPTS + 1)       /* attempts in all; the batch-2 / new-run attempt is the last */
+#else
+#define NA ATTEMPTS
+#endif
+
+#define MAXID 5                 /* transactional ids 1..4 (index 0 unused) */
+#define LOGMAX (2 * NA + 2)     /* two plan records, and a CLAIM and a RELEASE per attempt */
+
+/* Claims topic records, packed into a byte: kind, attempt epoch, transactional id. */
+#define CLAIM   1
+#define RELEASE 2
+#define PLAN    3               /* a driver's record of a new plan: that plan's attempts read claims from it */
+#define ENTRY(kind, ep, tid) ((kind) * 64 + (ep) * 8 + (tid))
+#define KIND(x)  ((x) / 64)
+#define EPOCH(x) (((x) / 8) % 8)
+#define TXNID(x) ((x) % 8)
+
+/* ------------------------------------------------------------------ Kafka's state */
+
+/* Per transactional id, what its transaction coordinator holds: the producer epoch (bumped by
+ * every init_transactions on the id and by every timeout abort, KIP-360), whether a transaction is
+ * open, the batch whose records it holds, and the group offset it holds pending for the input
+ * partition (0 = none: a pending offset is an end offset, never 0). */
+byte pe[MAXID];
+bool open[MAXID];
+byte txn_batch[MAXID];
+byte pending[MAXID];
+
+/* The group coordinator: the committed offset of the input partition, and which run's member id
+ * the pipeline's static member (group.instance.id) currently has. A new run's driver joins with
+ * the same instance id, which fences the old member id: TxnOffsetCommit with it is refused
+ * (FENCED_INSTANCE_ID / UNKNOWN_MEMBER_ID; fencing layer 1). */
+byte C = 0;
+byte member = 1;
+
+/* The claims topic: one partition, appended with acks=all, so an append is atomic, gets the next
+ * offset, and every later read sees it. Offset 0 holds batch 1's plan record of run 1. */
+byte claims[LOGMAX];
+byte claims_end = 1;
+
+/* What read_committed consumers see: how many attempts of batch b had their records made visible
+ * by a commit (index 1, 2). */
+byte visible[3];
+
+/* Spark: batch 1's task reported success (the driver then plans and launches batch 2). */
+bool batch1_done = false;
+
+/* C before the commit being checked; only the assertions read it, so it stays out of the state. */
+hidden byte prevC;
+
+/* Every transactional request is answered PRODUCER_FENCED unless the sender holds the id's
+ * current epoch. */
+#define CURRENT(t, my_pe) (pe[t] == (my_pe))
+
+/* A stable OffsetFetch (require_stable) is answered UNSTABLE_OFFSET_COMMIT while any open
+ * transaction holds a pending offset for the partition; the reader backs off and asks again. */
+#define NO_PENDING (pending[1] == 0 && pending[2] == 0 && pending[3] == 0 && pending[4] == 0)
+
+/* The coordinator ends transaction t (abort markers; or, from commit_txn, after applying it). */
+inline end_txn(t) {
+    open[t] = false;
+    txn_batch[t] = 0;
+    pending[t] = 0
+}
+
+/* init_transactions on id t, by an attempt's own producer or by a short-lived fencing producer:
+ * the coordinator aborts whatever transaction the id has open and bumps the epoch, so that the
+ * previous holder's later produce, sendOffsets and commit fail with PRODUCER_FENCED. A
+ * transaction already in PREPARE_COMMIT is not aborted: the init waits until it completes. That
+ * is the commit happening before this step, an interleaving the model has too. */
+inline init_id(t) {
+    if
+    :: open[t] -> end_txn(t)
+    :: else -> skip
+    fi;
+    pe[t]++
+}
+
+/* The invariants, asserted in the very step that changes C or visible[]. A commit is the only
+ * step that changes them, so they hold in every reachable state, as a monitor would check. */
+inline check_invariants() {
+    assert(C >= prevC);                  /* the committed offset never moves back */
+    assert(visible[1] <= 1);             /* batch 1's output visible at most once */
+    assert(visible[2] <= 1);             /* batch 2's output visible at most once */
+    assert(C < 1 || visible[1] == 1);    /* C at (or past) batch 1's end: exactly one batch-1 output */
+    assert(C < 2 || visible[2] == 1);    /* C at batch 2's end: exactly one batch-2 output */
+    assert(visible[1] == 0 || C >= 1);   /* batch 1's output visible: its offset committed */
+    assert(visible[2] == 0 || C >= 2)    /* batch 2's output visible: its offset committed */
+}
+
+/* EndTxn(commit) accepted: atomically, the records become visible to read_committed consumers and
+ * the pending offset becomes the group's committed offset. */
+inline commit_txn(t) {
+    prevC = C;
+    if
+    :: pending[t] > 0 -> C = pending[t]
+    :: else -> skip
+    fi;
+    visible[txn_batch[t]]++;
+    end_txn(t);
+    check_invariants()
+}
+
+/* ------------------------------------------------------------------ the broker's timeouts */
+
+/* transaction.timeout.ms: the coordinator may abort an open transaction at any moment, bumping
+ * the epoch (KIP-360), so its producer can no longer send offsets or commit. On in every
+ * configuration. */
+active proctype TransactionTimeouts() {
+end:
+    do
+    :: atomic { open[1] -> end_txn(1); pe[1]++; printf("broker: transaction of t1 timed out: aborted, epoch %d\n", pe[1]) }
+    :: atomic { open[2] -> end_txn(2); pe[2]++; printf("broker: transaction of t2 timed out: aborted, epoch %d\n", pe[2]) }
+    :: atomic { open[3] -> end_txn(3); pe[3]++; printf("broker: transaction of t3 timed out: aborted, epoch %d\n", pe[3]) }
+    :: atomic { open[4] -> end_txn(4); pe[4]++; printf("broker: transaction of t4 timed out: aborted, epoch %d\n", pe[4]) }
+    od
+}
+
+/* ------------------------------------------------------------------ one attempt of a task */
+
+/* An attempt of batch `batch`'s task in run `qrun` of the query, with attempt epoch `me` and its producer's
+ * transactional id `id`. The epoch is (plan's claims offset, taskAttemptId): later attempts of a
+ * plan, later batches and later runs have larger epochs; the model numbers attempts in that
+ * order. Besides the failures Kafka reports, any request may fail for reasons of its own
+ * (timeouts, Spark killing a speculative copy, a record refused): the bare `goto failed` choices. */
+proctype Attempt(byte me; byte id; byte batch; byte qrun) {
+    byte my_pe;          /* the producer epoch its init_transactions got */
+    byte from;           /* where its plan's claims start (its plan record) */
+    byte o;              /* offset of its CLAIM */
+    bool claimed;        /* its CLAIM is in the topic and not released */
+    byte fence;          /* bit t set: transactional id t is to be fenced before going on */
+    bool stale;          /* a CLAIM with a higher epoch was read: this attempt is a zombie */
+    byte seen;           /* the group's committed offset, as read */
+    byte i, j;           /* loop counters of the claims scan (reset after it) */
+
+    if
+    :: batch == 2 ->
+        /* Spark launches batch 2's task once batch 1's task succeeded, after the driver planned
+         * batch 2 (one append of its plan record). Waiting here for ever is no deadlock: batch 1
+         * may have failed, and Spark would then run more attempts of it. */
+end_unplanned:
+        atomic { batch1_done -> from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++;
+                 printf("driver: batch 1 done; batch 2 planned at claims offset %d\n", from) }
+    :: qrun == 2 ->
+        /* A new run of the query (the driver was restarted) replays batch 1. Its driver joins the
+         * group as the same static member (the old run's member id is fenced), then plans batch
+         * 1 anew: a plan record later than every claim before it. Run 1's attempts launched
+         * before may still be running. */
+        atomic { member = 2; printf("driver of run 2: joined the group, run 1's member id is fenced\n") }
+        atomic { from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++;
+                 printf("driver of run 2: batch 1 planned again at claims offset %d\n", from) }
+    :: else -> from = 0
+    fi;
+
+    /* 1. init_transactions on its own id (aborts what the id had open, bumps its epoch), then
+     * begin (local). The real sink keeps a worker's producer across tasks, so this init may have
+     * happened long before; it still precedes this attempt's produce, and the model lets it
+     * happen at any moment before that. */
+    atomic {
+        init_id(id);
+        my_pe = pe[id];
+        printf("A%d (batch %d, run %d): init_transactions on t%d -> epoch %d\n", me, batch, qrun, id, my_pe)
+    }
+
+    /* 2. Produce the task's records: AddPartitionsToTxn opens the transaction (its timeout
+     * starts), the records are written in it. One step: between those two requests only a
+     * timeout could act, the same as one just after. */
+    if
+    :: atomic {
+           if
+           :: CURRENT(id, my_pe) -> open[id] = true; txn_batch[id] = batch;
+                printf("A%d: produced its records in a transaction of t%d\n", me, id)
+           :: else -> printf("A%d: produce: PRODUCER_FENCED\n", me); goto failed
+           fi
+       }
+    :: goto failed
+    fi;
+
+#ifndef NO_CLAIMS
+    /* 3. Append CLAIM(epoch, transactional id) to the claims topic (acks=all), learn its offset o. */
+    if
+    :: atomic {
+           o = claims_end; claims[o] = ENTRY(CLAIM, me, id); claims_end++; claimed = true;
+           printf("A%d: CLAIM(epoch %d, t%d) at claims offset %d\n", me, me, id, o)
+       }
+    :: goto failed
+    fi;
+
+    /* 4. Read the claims from its plan's record up to and including o. Every record below o was
+     * acknowledged before o was assigned, so what it reads is fixed: one step, however many
+     * fetches. A CLAIM with a higher epoch: this attempt is stale. A CLAIM with a lower epoch
+     * under another transactional id and no RELEASE of it (a RELEASE comes after its CLAIM):
+     * that attempt may still commit, its id is to be fenced. */
+    if
+    :: d_step {
+           i = from;
+           do
+           :: i > o -> break
+           :: else ->
+               if
+               :: KIND(claims[i]) == CLAIM && EPOCH(claims[i]) > me -> stale = true
+               :: KIND(claims[i]) == CLAIM && EPOCH(claims[i]) < me && TXNID(claims[i]) != id ->
+                   j = from;
+                   do
+                   :: j > o -> fence = fence | (1 << TXNID(claims[i])); break
+                   :: j <= o && claims[j] == ENTRY(RELEASE, EPOCH(claims[i]), TXNID(claims[i])) -> break
+                   :: else -> j++
+                   od
+               :: else -> skip
+               fi;
+               i++
+           od;
+           i = 0; j = 0;
+           printf("A%d: read claims %d..%d: stale=%d, ids to fence (bit mask)=%d\n", me, from, o, stale, fence)
+       }
+    :: goto failed
+    fi;
+#ifdef MUTANT_NO_STALE
+    stale = false;       /* MUTANT: a stale attempt goes on */
+#endif
+    if
+    :: stale -> printf("A%d: a newer attempt claimed the input: refuses (StaleAttemptError)\n", me); goto failed
+    :: else -> skip
+    fi;
+
+    /* 4b. Fence each of those ids, one init_transactions each (a short-lived producer), in any
+     * order. If one fails, so does the attempt: it cannot show that the older attempt is fenced. */
+#ifdef MUTANT_NO_FENCE
+    fence = 0;           /* MUTANT: older unreleased claims are not fenced */
+#endif
+    do
+    :: fence == 0 -> break
+    :: atomic { fence & 2  -> init_id(1); fence = fence ^ 2;  printf("A%d: fenced t1 -> epoch %d\n", me, pe[1]) }
+    :: atomic { fence & 4  -> init_id(2); fence = fence ^ 4;  printf("A%d: fenced t2 -> epoch %d\n", me, pe[2]) }
+    :: atomic { fence & 8  -> init_id(3); fence = fence ^ 8;  printf("A%d: fenced t3 -> epoch %d\n", me, pe[3]) }
+    :: atomic { fence & 16 -> init_id(4); fence = fence ^ 16; printf("A%d: fenced t4 -> epoch %d\n", me, pe[4]) }
+    :: fence != 0 -> fence = 0; goto failed
+    od;
+#endif
+
+    /* 5. Stable read of the group's committed offset: waits while an open transaction holds a
+     * pending offset for the partition (its own cannot: it sends offsets later). */
+    if
+#ifdef MUTANT_UNSTABLE_READ
+    :: atomic { seen = C; printf("A%d: read (not stable): C = %d\n", me, seen) }   /* MUTANT: no waiting */
+#else
+    :: atomic { NO_PENDING -> seen = C; printf("A%d: stable read: C = %d\n", me, seen) }
+#endif
+    :: goto failed       /* stableOffsetsTimeoutMs, or the task killed while it backs off */
+    fi;
+
+    /* 6. The replay check. C == e: another attempt (or run) committed this batch: abort, succeed
+     * without writing. C == s: go on. Anything else is a gap or an overlap: fail. */
+    if
+    :: seen == batch ->
+        seen = 0;
+        atomic {
+            if
+            :: CURRENT(id, my_pe) && open[id] -> end_txn(id)
+            :: else -> skip
+            fi;
+            printf("A%d: already committed: aborts, succeeds without writing\n", me)
+        }
+        goto succeeded
+    :: seen == batch - 1 -> seen = 0
+    :: else -> seen = 0; printf("A%d: C is neither s nor e: OffsetMismatchError\n", me); goto failed
+    fi;
+
+#ifdef MUTANT_EARLY_RELEASE
+    /* MUTANT: the attempt releases its claim once it has decided to commit, before its
+     * transaction has ended. */
+    if
+    :: claimed ->
+        atomic { claims[claims_end] = ENTRY(RELEASE, me, id); claims_end++; claimed = false;
+                 printf("A%d: RELEASE(epoch %d, t%d) at claims offset %d, before committing\n", me, me, id, claims_end - 1) }
+    :: true
+    fi;
+#endif
+
+    /* 7. sendOffsetsToTransaction(e) with the plan's group metadata: the transaction now holds e
+     * pending. Refused if the producer is fenced, or if the plan's member id is (layer 1). */
+    if
+    :: atomic {
+           if
+           :: CURRENT(id, my_pe) && member == qrun ->
+                pending[id] = batch; printf("A%d: sent offset %d to its transaction\n", me, batch)
+           :: !CURRENT(id, my_pe) -> printf("A%d: send offsets: PRODUCER_FENCED\n", me); goto failed
+           :: else -> printf("A%d: send offsets: FENCED_INSTANCE_ID (a newer run owns the group)\n", me); goto failed
+           fi
+       }
+    :: goto failed
+    fi;
+
+#ifdef RELEASE_IN_FLIGHT
+    /* Variant: commit_transaction times out at the client and the task gives up, believing its
+     * transaction over, while the EndTxn(commit) request is still on its way: the RELEASE lands
+     * before the commit does. (The offsets are pending by now, so other attempts' stable reads
+     * wait for this commit.) */
+    if
+    :: claimed ->
+        atomic { claims[claims_end] = ENTRY(RELEASE, me, id); claims_end++; claimed = false;
+                 printf("A%d: commit timed out; RELEASE(epoch %d, t%d) at claims offset %d; the commit is in flight\n",
+                        me, me, id, claims_end - 1) }
+    :: true              /* or it waits for the commit's answer */
+    fi;
+#endif
+
+    /* 8. commit_transaction: atomically records visible and C := e; or PRODUCER_FENCED, since a
+     * fence or a timeout that aborted its transaction also bumped the epoch. */
+    if
+    :: atomic {
+           if
+           :: CURRENT(id, my_pe) ->
+                printf("A%d: COMMITTED: batch %d output visible, C = %d\n", me, batch, pending[id]);
+                commit_txn(id)
+           :: else -> printf("A%d: commit: PRODUCER_FENCED\n", me); goto failed
+           fi
+       }
+    :: goto failed
+    fi;
+
+    /* The commit's answer can be lost (and a retry of it finds the epoch bumped by a fence): the
+     * task fails although its transaction committed. Its RELEASE is still right: it has ended. */
+    if
+    :: goto succeeded
+    :: printf("A%d: the commit's answer was lost: the task fails\n", me); goto failed
+    fi;
+
+succeeded:
+    if
+    :: batch == 1 && qrun == 1 -> batch1_done = true
+    :: else -> skip
+    fi;
+    goto release;        /* the real sink releases after a success too */
+
+failed:
+    /* Abort if the producer still can. If it is fenced, whoever bumped the epoch (a fence, a
+     * timeout) aborted what it had open. Either way the transaction has ended, and only then may
+     * a RELEASE follow. An abort that times out leaves the transaction perhaps open: the attempt
+     * must not release then, which is an attempt that stops here. */
+    fence = 0; stale = false;
+    atomic {
+        if
+        :: CURRENT(id, my_pe) && open[id] -> end_txn(id); printf("A%d: aborted its transaction\n", me)
+        :: else -> printf("A%d: fails; it has no open transaction\n", me)
+        fi
+    }
+
+release:
+    /* Appended last, so a RELEASE that is lost or never sent is an attempt that stops before it. */
+    if
+    :: claimed ->
+        atomic {
+            claims[claims_end] = ENTRY(RELEASE, me, id); claims_end++; claimed = false;
+            printf("A%d: RELEASE(epoch %d, t%d) at claims offset %d\n", me, me, id, claims_end - 1)
+        }
+    :: else -> skip
+    fi
+}
+
+init {
+    atomic {
+        claims[0] = ENTRY(PLAN, 0, 0);
+        run Attempt(1, 1, 1, 1);
+#if ATTEMPTS >= 2
+#ifdef REUSE_ID
+        run Attempt(2, 1, 1, 1);     /* took over attempt 1's executor slot, so its transactional id */
+#else
+        run Attempt(2, 2, 1, 1);
+#endif
+#endif
+#if ATTEMPTS >= 3
+        run Attempt(3, 3, 1, 1);
+#endif
+#ifdef BATCH2
+        run Attempt(NA, NA, 2, 1);
+#endif
+#ifdef RESTART
+        run Attempt(NA, NA, 1, 2);
+#endif
+    }
+}

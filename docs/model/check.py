@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Model-check the sink's attempt-fencing protocol (attempt_fencing.pml) in every configuration.
+
+For each configuration: ``spin -a`` with its -D defines, ``gcc -O1 -DSAFETY`` of the generated
+pan.c (an exhaustive search: no bitstate hashing), ``./pan`` with a search depth far beyond the
+model's, each in a directory of its own under a temporary directory. pan's report is parsed
+(errors, states stored, transitions, depth, whether the search completed) and, when pan found a
+violation, its trail is replayed with ``spin -t`` to show which invariants broke and how.
+
+A configuration of the protocol must come out with 0 errors and a complete search; one with the
+protection switched off (NO_CLAIMS) or with a deliberate mistake (MUTANT_*) must find an
+assertion violation. The script prints a table and exits non-zero unless every configuration
+meets its expectation (2 when spin or gcc is missing). ``--json`` prints the results as JSON.
+
+Usage: python3 docs/model/check.py [--json] [--only TEXT] [--jobs N] [--full]   (or: make model)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+MODEL = Path(__file__).resolve().parent / "attempt_fencing.pml"
+HOLDS, VIOLATION = "holds", "violation"
+SEARCH_DEPTH = 100_000   # the deepest configuration reaches < 100 steps
+MEMORY_LIMIT_MB = 2048
+INSTALL_HINT = ("install it with `make spin` (Debian/Ubuntu: apt-get update && apt-get install -y spin), "
+                "or from https://spinroot.com")
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    defines: tuple[str, ...]
+    expect: str
+    shows: str
+    cflags: tuple[str, ...] = ()   # extra pan compile flags
+    memory_mb: int = 0             # the search needs at least this much (pan -DMEMLIM)
+
+
+CONFIGS = (
+    # The protocol: no reachable state breaks an invariant.
+    Config("2-attempts", ("ATTEMPTS=2",), HOLDS,
+           "two attempts of a task (retry or speculative copy), different transactional ids"),
+    Config("3-attempts", ("ATTEMPTS=3",), HOLDS, "three attempts, different transactional ids"),
+    Config("2-attempts+batch-2", ("ATTEMPTS=2", "BATCH2"), HOLDS,
+           "a zombie of batch 1 cannot move the offset back after batch 2 committed"),
+    Config("2-attempts+restart", ("ATTEMPTS=2", "RESTART"), HOLDS,
+           "a new run replays batch 1 while run 1's attempts are still alive"),
+    Config("2-attempts,shared-id", ("ATTEMPTS=2", "REUSE_ID"), HOLDS,
+           "the retry took over the first attempt's executor slot, so its transactional id"),
+    Config("3-attempts,shared-id", ("ATTEMPTS=3", "REUSE_ID"), HOLDS,
+           "attempts 1 and 2 share an id, attempt 3 has its own"),
+    Config("3-attempts,release-in-flight", ("ATTEMPTS=3", "RELEASE_IN_FLIGHT"), HOLDS,
+           "a RELEASE may be appended while the attempt's commit request is still in flight"),
+    # The sink without claims: the stable read and the replay check alone.
+    Config("no-claims:2-attempts", ("ATTEMPTS=2", "NO_CLAIMS"), VIOLATION,
+           "two attempts with different ids both commit: duplicate output"),
+    Config("no-claims:3-attempts", ("ATTEMPTS=3", "NO_CLAIMS"), VIOLATION, "the same with three attempts"),
+    Config("no-claims:2-attempts+batch-2", ("ATTEMPTS=2", "BATCH2", "NO_CLAIMS"), VIOLATION,
+           "a batch-1 zombie commits after batch 2: the offset moves back"),
+    Config("no-claims:2-attempts,shared-id", ("ATTEMPTS=2", "REUSE_ID", "NO_CLAIMS"), HOLDS,
+           "a retry in the same slot is fenced by its own init_transactions, claims or not"),
+    Config("no-claims:1-attempt+restart", ("ATTEMPTS=1", "RESTART", "NO_CLAIMS"), HOLDS,
+           "a new run is safe without claims: group membership and the stable read cover it"),
+    # One mistake each: the checker must catch it (the model is not vacuous).
+    Config("mutant:no-fence", ("ATTEMPTS=2", "MUTANT_NO_FENCE"), VIOLATION,
+           "an attempt that does not fence older unreleased claims"),
+    Config("mutant:no-stale-check", ("ATTEMPTS=2", "MUTANT_NO_STALE"), VIOLATION,
+           "an attempt that goes on after reading a newer attempt's claim"),
+    Config("mutant:early-release", ("ATTEMPTS=2", "MUTANT_EARLY_RELEASE"), VIOLATION,
+           "a RELEASE appended before the transaction has ended"),
+    Config("mutant:unstable-read+restart", ("ATTEMPTS=1", "RESTART", "MUTANT_UNSTABLE_READ"), VIOLATION,
+           "a read of the group's offset that does not wait for pending transactional offsets"),
+)
+
+# --full adds these: minutes and gigabytes each (COLLAPSE compresses the stored states
+# losslessly, so the searches stay exhaustive).
+FULL_CONFIGS = (
+    Config("3-attempts+batch-2", ("ATTEMPTS=3", "BATCH2"), HOLDS,
+           "three attempts of batch 1 and one of batch 2", ("-DCOLLAPSE",), 2048),
+    Config("3-attempts+restart", ("ATTEMPTS=3", "RESTART"), HOLDS,
+           "three attempts of batch 1 in run 1 and one in a new run", ("-DCOLLAPSE",), 8192),
+)
+
+
+@dataclass
+class Result:
+    name: str
+    defines: list[str]
+    expect: str
+    shows: str
+    ok: bool = False
+    errors: int | None = None
+    complete: bool = False
+    exhaustive: bool = False
+    states_stored: int | None = None
+    states_matched: int | None = None
+    transitions: int | None = None
+    depth: int | None = None
+    state_vector_bytes: int | None = None
+    search_seconds: float | None = None
+    total_seconds: float | None = None
+    violation: str | None = None            # pan's first error, e.g. "assertion violated (visible[1]<=1)"
+    violation_depth: int | None = None
+    failed_assertions: list[str] = field(default_factory=list)   # every assertion the trail's last step breaks
+    trail_steps: int | None = None
+    trail: list[str] = field(default_factory=list)               # the model's printf lines along the trail
+    problem: str | None = None              # why the configuration did not meet its expectation
+
+
+def find_tools() -> tuple[str, str]:
+    """spin and a C compiler from PATH; SystemExit with what to install if one is missing."""
+    spin, gcc = shutil.which("spin"), shutil.which("gcc") or shutil.which("cc")
+    if spin is None:
+        raise SystemExit(f"check.py: spin (the model checker) is not on PATH: {INSTALL_HINT}")
+    if gcc is None:
+        raise SystemExit("check.py: no C compiler (gcc or cc) on PATH: pan.c, the verifier spin generates, "
+                         "needs one (Debian/Ubuntu: apt-get install -y gcc)")
+    return spin, gcc
+
+
+def spin_version(spin: str) -> str:
+    out = subprocess.run([spin, "-V"], capture_output=True, text=True).stdout.strip()
+    return out or "unknown"
+
+
+def _int(pattern: str, text: str) -> int | None:
+    match = re.search(pattern, text, re.MULTILINE)
+    return int(float(match.group(1))) if match else None   # pan writes large counts as 1.1355817e+08
+
+
+def parse_pan(text: str, result: Result) -> None:
+    result.exhaustive = "Full statespace search for:" in text
+    result.state_vector_bytes = _int(r"State-vector (\d+) byte", text)
+    result.depth = _int(r"depth reached (\d+)", text)
+    result.errors = _int(r"errors: (\d+)", text)
+    count = r"([0-9][0-9.e+]*)"
+    result.states_stored = _int(rf"^\s*{count} states, stored", text)
+    result.states_matched = _int(rf"^\s*{count} states, matched", text)
+    result.transitions = _int(rf"^\s*{count} transitions", text)
+    elapsed = re.search(r"pan: elapsed time ([0-9.e+-]+) seconds", text)
+    result.search_seconds = float(elapsed.group(1)) if elapsed else None
+    first = re.search(r"^pan:\d+: (.*?)(?: \(at depth (\d+)\))?$", text, re.MULTILINE)
+    if first:
+        result.violation = first.group(1)
+        result.violation_depth = int(first.group(2)) if first.group(2) else None
+    truncated = ("Search not completed" in text or "max search depth too small" in text
+                 or "out of memory" in text.lower())
+    result.complete = result.exhaustive and result.errors is not None and not truncated
+
+
+def parse_replay(text: str, result: Result) -> None:
+    for line in text.splitlines():
+        if line.startswith("spin: text of failed assertion:"):
+            result.failed_assertions.append(line.split(":", 2)[2].strip())
+        elif line.startswith("spin: trail ends after"):
+            result.trail_steps = _int(r"after (\d+) steps", line)
+            break
+        elif line.startswith("spin:") or not line.strip():
+            continue
+        else:
+            result.trail.append(line.strip())
+
+
+def run(command: list[str], cwd: Path, step: str) -> str:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{step} failed ({' '.join(command)}):\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int = MEMORY_LIMIT_MB) -> Result:
+    result = Result(config.name, list(config.defines), config.expect, config.shows)
+    started = time.monotonic()
+    work = root / re.sub(r"[^A-Za-z0-9]+", "_", config.name)
+    work.mkdir()
+    shutil.copy(MODEL, work / MODEL.name)
+    defines = [f"-D{d}" for d in config.defines]
+    try:
+        run([spin, "-a", *defines, MODEL.name], work, "spin -a")
+        # -w: spin's generated C draws compiler warnings that say nothing about the model.
+        run([gcc, "-O1", "-w", "-DSAFETY", *config.cflags, f"-DMEMLIM={memory_limit_mb}", "-o", "pan", "pan.c"],
+            work, "gcc")
+        pan = subprocess.run(["./pan", f"-m{SEARCH_DEPTH}", "-n", "-c1"], cwd=work, capture_output=True, text=True)
+        parse_pan(pan.stdout + pan.stderr, result)
+        if result.errors and (work / f"{MODEL.name}.trail").exists():
+            parse_replay(run([spin, "-t", "-T", *defines, MODEL.name], work, "spin -t"), result)
+    except RuntimeError as error:
+        result.problem = str(error)
+    result.total_seconds = round(time.monotonic() - started, 2)
+    if result.problem is None:
+        result.problem = judge(result)
+    result.ok = result.problem is None
+    return result
+
+
+def judge(result: Result) -> str | None:
+    if result.errors is None or result.states_stored is None:
+        return "pan's report could not be read"
+    if not result.exhaustive:
+        return "not an exhaustive search"
+    if result.expect == HOLDS:
+        if result.errors:
+            return f"expected no violation, found: {result.violation}"
+        if not result.complete:
+            return "the search did not complete (depth limit or memory)"
+        return None
+    if not result.errors:
+        return "expected a violation, the search found none"
+    if not (result.violation or "").startswith("assertion violated"):
+        return f"expected an assertion violation, found: {result.violation}"
+    return None
+
+
+def number(value) -> str:
+    return "-" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:.2f}"
+
+
+def print_table(results: list[Result], version: str) -> None:
+    headers = ("configuration", "expected", "result", "errors", "states stored", "transitions", "depth",
+               "search s", "total s")
+    rows = [(r.name, r.expect, ("ok" if r.ok else "FAIL") + ("" if r.complete or r.errors else " (incomplete)"),
+             number(r.errors), number(r.states_stored), number(r.transitions), number(r.depth),
+             number(r.search_seconds), number(r.total_seconds)) for r in results]
+    widths = [max(len(str(row[i])) for row in (headers, *rows)) for i in range(len(headers))]
+    print(f"{version}; model {MODEL.name}; exhaustive search (-DSAFETY), depth limit {SEARCH_DEPTH:,}\n")
+    for row in (headers, tuple("-" * w for w in widths), *rows):
+        print("  ".join(str(cell).ljust(w) if i < 3 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    for r in results:
+        if r.errors:
+            print(f"\n{r.name}: {r.violation} at depth {r.violation_depth} ({r.shows})")
+            if r.failed_assertions:
+                print(f"  broken at the trail's last step: {', '.join(r.failed_assertions)}")
+            for line in r.trail:
+                print(f"    {line}")
+    for r in results:
+        if not r.ok:
+            print(f"\nFAIL {r.name}: {r.problem}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--only", metavar="TEXT", help="only the configurations whose name contains TEXT")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="configurations checked at once")
+    parser.add_argument("--full", action="store_true",
+                        help=f"also the larger configurations ({', '.join(c.name for c in FULL_CONFIGS)}): "
+                             "minutes, and up to 8 GB of memory")
+    parser.add_argument("--memory-mb", type=int, default=MEMORY_LIMIT_MB,
+                        help="memory limit of each search in MB (pan -DMEMLIM; more where a configuration "
+                             "needs it), default %(default)s")
+    args = parser.parse_args(argv)
+    try:
+        spin, gcc = find_tools()
+    except SystemExit as missing:
+        print(missing.code, file=sys.stderr)
+        return 2
+    configs = [c for c in (*CONFIGS, *(FULL_CONFIGS if args.full else ())) if args.only is None or args.only in c.name]
+    if not configs:
+        print(f"check.py: no configuration matches {args.only!r}", file=sys.stderr)
+        return 2
+    version = spin_version(spin)
+    with tempfile.TemporaryDirectory(prefix="attempt-fencing-") as root:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(lambda c: check(c, spin, gcc, Path(root), max(args.memory_mb, c.memory_mb)),
+                                    configs))
+    ok = all(r.ok for r in results)
+    if args.json:
+        print(json.dumps({"ok": ok, "spin": version, "model": str(MODEL), "search_depth": SEARCH_DEPTH,
+                          "results": [asdict(r) for r in results]}, indent=2))
+    else:
+        print_table(results, version)
+        print(f"\n{'all' if ok else 'NOT all'} {len(results)} configurations met their expectation")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The attempt-fencing protocol's model (docs/model/attempt_fencing.pml), checked with spin.
+
+docs/model/check.py runs every configuration of the model; this test runs it once, with this
+interpreter, and checks each configuration's result: the protocol's configurations hold (a
+complete exhaustive search, no error), and the ones with the claims switched off (NO_CLAIMS) or
+with a deliberate mistake (MUTANT_*) make the checker find a violation. spin must be installed
+(``make spin``); without it the test fails rather than skip.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+CHECK_SCRIPT = CHECKOUT / "docs" / "model" / "check.py"
+
+
+def _load_check_module():
+    spec = importlib.util.spec_from_file_location("attempt_fencing_model_check", CHECK_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _load_check_module()
+CONFIGS = {config.name: config for config in check.CONFIGS}
+
+
+@functools.cache
+def _report() -> dict:
+    if shutil.which("spin") is None:
+        pytest.fail("spin, the model checker, is not installed: run `make spin` "
+                    "(it installs the Debian package spin), then run the tests again", pytrace=False)
+    done = subprocess.run([sys.executable, str(CHECK_SCRIPT), "--json"], cwd=CHECKOUT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode in (0, 1), f"check.py failed to run (exit {done.returncode}):\n{done.stderr}"
+    return json.loads(done.stdout)
+
+
+def _result(name: str) -> dict:
+    results = {r["name"]: r for r in _report()["results"]}
+    assert name in results, f"check.py did not report configuration {name!r}"
+    return results[name]
+
+
+def _no_claims(config) -> bool:
+    return "NO_CLAIMS" in config.defines
+
+
+def test_configurations_cover_two_and_three_attempts_and_a_second_batch():
+    protocol = [c for c in CONFIGS.values() if not _no_claims(c) and not any(d.startswith("MUTANT_") for d in c.defines)]
+    no_claims_violations = [c for c in CONFIGS.values() if _no_claims(c) and c.expect == check.VIOLATION]
+    for wanted in (("ATTEMPTS=2",), ("ATTEMPTS=3",), ("ATTEMPTS=2", "BATCH2")):
+        assert any(set(c.defines) == set(wanted) and c.expect == check.HOLDS for c in protocol), wanted
+        assert any(set(c.defines) == {*wanted, "NO_CLAIMS"} for c in no_claims_violations), wanted
+
+
+@pytest.mark.parametrize("name", [name for name, c in CONFIGS.items() if c.expect == check.HOLDS])
+def test_holds(name):
+    result = _result(name)
+    what = f"{name} ({' '.join(result['defines'])}): {result['shows']}"
+    assert result["exhaustive"], f"{what}: not an exhaustive search"
+    assert result["errors"] == 0, (f"{what}: spin found {result['violation']}; trail:\n  "
+                                   + "\n  ".join(result["trail"]))
+    assert result["complete"], f"{what}: the search did not complete"
+    assert result["states_stored"] and result["states_stored"] > 0
+    assert result["ok"], result["problem"]
+
+
+@pytest.mark.parametrize("name", [name for name, c in CONFIGS.items() if c.expect == check.VIOLATION])
+def test_finds_violation(name):
+    result = _result(name)
+    what = f"{name} ({' '.join(result['defines'])}): {result['shows']}"
+    assert result["errors"] >= 1, f"{what}: spin found no violation, the model no longer shows the failure"
+    assert result["violation"].startswith("assertion violated"), f"{what}: found {result['violation']}"
+    assert result["failed_assertions"] and result["trail"], f"{what}: the trail was not replayed"
+    assert result["ok"], result["problem"]
+
+
+def test_every_configuration_met_its_expectation():
+    report = _report()
+    assert report["ok"], [(r["name"], r["problem"]) for r in report["results"] if not r["ok"]]
+    assert {r["name"] for r in report["results"]} == set(CONFIGS)
