@@ -62,8 +62,10 @@ _STALL_LIMIT_S = 900.0  # a stall nobody resumes ends by itself
 def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
     """Arm ``point`` in one executor's local directory.
 
-    Stall parameters: ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``, and the
-    filters ``partition`` (Spark partition id) and ``attempt`` (TaskContext.attemptNumber()).
+    Stall parameters: ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``,
+    ``report_dir`` (where the stall reports go; default: beside the marker, but a standalone
+    worker deletes a lost executor's local directory), and the filters ``partition`` (Spark
+    partition id) and ``attempt`` (TaskContext.attemptNumber()).
     """
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; use one of {', '.join(POINTS)}")
@@ -76,14 +78,23 @@ def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
     return marker
 
 
-def stall_report(marker: Path, stage: str) -> dict | None:
+def stall_report(marker: Path, stage: str, report_dir: str | os.PathLike | None = None) -> dict | None:
     """What a stall armed at ``marker`` reported at ``stage`` ("stalled" or "resumed"), if it has."""
-    path = marker.with_name(f"{marker.name}.{stage}")
+    path = _report_path(marker, stage, report_dir)
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _report_path(marker: Path, stage: str, report_dir: str | os.PathLike | None) -> Path:
+    return Path(report_dir or marker.parent) / f"{marker.name}.{stage}"
+
+
+# Switches a stalled process saw when it stalled: a standalone worker deletes a lost executor's
+# local directory, switch files included, while the stalled attempt waits to resume.
+_latched: set[str] = set()
+
+
 def is_switched_off(switch: str) -> bool:
-    return (executor_local_directory() / _DIRECTORY / switch).exists()
+    return switch in _latched or (executor_local_directory() / _DIRECTORY / switch).exists()
 
 
 def crash_if_armed(point: str) -> None:
@@ -100,6 +111,7 @@ def stall_if_armed(point: str) -> None:
     if params is None:
         return
     marker = executor_local_directory() / _DIRECTORY / point
+    _latched.update(switch for switch in (ATTEMPT_FENCING_OFF,) if is_switched_off(switch))
     for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
         signal.signal(shutdown, signal.SIG_IGN)
     jvm = _jvm_ancestor(os.getppid()) if params.get("stop_executor") else None
@@ -107,7 +119,7 @@ def stall_if_armed(point: str) -> None:
         os.kill(jvm, signal.SIGSTOP)
     log.warning("fault injection: %s, attempt stalled in pid %d%s", point, os.getpid(),
                 f", executor JVM {jvm} stopped" if jvm else "")
-    _report(marker, "stalled", {"pid": os.getpid(), "jvm": jvm, **_task()})
+    _report(_report_path(marker, "stalled", params.get("report_dir")), {"pid": os.getpid(), "jvm": jvm, **_task()})
     _wait_for_resume(params)
     if jvm is not None:
         try:
@@ -115,7 +127,7 @@ def stall_if_armed(point: str) -> None:
         except ProcessLookupError:
             pass  # the cluster manager killed the lost executor meanwhile
     log.warning("fault injection: %s, attempt in pid %d resumes", point, os.getpid())
-    _report(marker, "resumed", {"pid": os.getpid(), **_task()})
+    _report(_report_path(marker, "resumed", params.get("report_dir")), {"pid": os.getpid(), **_task()})
 
 
 def _claim(point: str) -> dict | None:
@@ -153,10 +165,10 @@ def _wait_for_resume(params: dict) -> None:
         time.sleep(0.1)
 
 
-def _report(marker: Path, stage: str, content: dict) -> None:
-    temporary = marker.with_name(f".{marker.name}.{stage}.tmp")
+def _report(path: Path, content: dict) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps(content))
-    os.replace(temporary, marker.with_name(f"{marker.name}.{stage}"))
+    os.replace(temporary, path)
 
 
 def _victim(point: str) -> int:

@@ -46,21 +46,25 @@ class Zombie:
         self.local_dirs = sorted(executor_local_dirs(spark))
         assert len(self.local_dirs) == 2, self.local_dirs
         self.resume_file = tmp_path / "resume"
-        self.marker = faults.arm(point, self.local_dirs[0], stop_executor=True, resume_file=str(self.resume_file))
+        # Reports outside the executor's local directory, which its worker deletes once it is lost.
+        self.reports = tmp_path
+        self.marker = faults.arm(point, self.local_dirs[0], stop_executor=True, resume_file=str(self.resume_file),
+                                 report_dir=str(self.reports))
         self.switches: list[Path] = []
 
     def switch_fencing_off(self) -> None:
         self.switches = [faults.arm(faults.ATTEMPT_FENCING_OFF, d) for d in self.local_dirs]
 
     def stalled(self) -> dict:
-        report = faults.stall_report(self.marker, "stalled")
+        report = faults.stall_report(self.marker, "stalled", self.reports)
         assert report is not None, "the armed stall did not happen"
         return report
 
     def resume_and_wait_until_gone(self) -> None:
         pid = self.stalled()["pid"]
         self.resume_file.touch()
-        wait_until(lambda: faults.stall_report(self.marker, "resumed"), 60, "the stalled attempt to resume")
+        wait_until(lambda: faults.stall_report(self.marker, "resumed", self.reports), 60,
+                   "the stalled attempt to resume")
         wait_until(lambda: not _alive(pid), 120, f"the resumed attempt (pid {pid}) to finish")
 
     def clean_up(self) -> None:
