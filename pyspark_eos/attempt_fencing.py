@@ -43,12 +43,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .errors import ConfigurationError, KafkaClientError, StaleAttemptError
 from .fault_injection import ATTEMPT_FENCING_OFF, is_switched_off
+from .options import SinkOptions
+from .producer_pool import init_transactional_producer, worker_client
 
 log = logging.getLogger(__name__)
 
 PLAN, CLAIM, RELEASE = "plan", "claim", "release"
 REQUEST_TIMEOUT_S = 30.0
-FENCE_TIMEOUT_S = 120.0
 # Claims must outlive any attempt that could still act on them; a week is far beyond Spark's
 # task and transaction timeouts. An attempt whose plan's claims are gone refuses (see _read).
 CLAIMS_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -247,14 +248,9 @@ def fence(clients: "FencingClients", zombie: Claim, own: Claim) -> None:
     started = time.monotonic()
     log.warning("%s (%s): fencing an older attempt of this task, %s (%s), by initializing its transactional "
                 "id %r", own.task, own.epoch, zombie.task, zombie.epoch, zombie.transactional_id)
-    producer = clients.fencing_producer(zombie.transactional_id)
-    try:
-        producer.init_transactions(FENCE_TIMEOUT_S)
-    except KafkaException as error:
-        raise KafkaClientError(
-            f"fencing transactional id {zombie.transactional_id!r} of an older attempt of this task failed: "
-            f"{error.args[0]}; check that the brokers are reachable and the principal may WRITE that id"
-        ) from error
+    # A short-lived producer: it exists only to initialize the id, and holds no transaction.
+    init_transactional_producer(clients.bootstrap_servers, clients.kafka_params, zombie.transactional_id,
+                                clients.transaction_timeout_ms)
     log.warning("%s: fenced %r in %.2f s; its open transaction, if any, is aborted", own.task,
                 zombie.transactional_id, time.monotonic() - started)
 
@@ -311,7 +307,7 @@ def _skippable(error: KafkaError | None, topic: str, start: int) -> bool:
 
 
 class FencingClients:
-    """A worker's claims producer and consumer, made once per process (see producer_pool)."""
+    """A worker's claims producer and consumer (fencing_clients_for)."""
 
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group: str,
                  transaction_timeout_ms: int):
@@ -342,11 +338,8 @@ class FencingClients:
             })
         return self._consumer
 
-    def fencing_producer(self, transactional_id: str) -> Producer:
-        """Short-lived: it exists only to initialize ``transactional_id`` and holds no transaction."""
-        return Producer({
-            **self.kafka_params,
-            "bootstrap.servers": self.bootstrap_servers,
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": self.transaction_timeout_ms,
-        })
+
+def fencing_clients_for(options: SinkOptions) -> FencingClients:
+    """This worker's clients of the claims topic, made once per process like its producer."""
+    return worker_client(options, "fencing", lambda: FencingClients(
+        options.bootstrap_servers, options.kafka, options.group_id, options.transaction_timeout_ms))

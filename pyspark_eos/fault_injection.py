@@ -38,7 +38,7 @@ import signal
 import time
 from pathlib import Path
 
-from .executor_identity import executor_local_directory
+from .executor_identity import executor_id, executor_local_directory
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +148,6 @@ def _claim(point: str) -> dict | None:
 
 def _task() -> dict:
     from pyspark import TaskContext
-
-    from .executor_identity import executor_id
 
     context = TaskContext.get()
     if context is None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from .attempt_fencing import FencingClients
 from .errors import KafkaClientError
 from .options import ID_PER_PARTITION, SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
@@ -60,28 +59,38 @@ def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
 
 
 def _new_producer(options: SinkOptions, transactional_id: str) -> Producer:
+    producer = init_transactional_producer(options.bootstrap_servers, options.kafka, transactional_id,
+                                           options.transaction_timeout_ms)
+    log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
+    return producer
+
+
+def init_transactional_producer(bootstrap_servers: str, kafka_params: dict[str, str], transactional_id: str,
+                                transaction_timeout_ms: int) -> Producer:
+    """A producer for ``transactional_id`` after init_transactions: whatever held the id before
+    (a dead predecessor, or an older attempt being fenced) has its open transaction aborted and
+    can no longer send offsets or commit."""
     producer = Producer({
-        **options.kafka,
-        "bootstrap.servers": options.bootstrap_servers,
+        **kafka_params,
+        "bootstrap.servers": bootstrap_servers,
         "transactional.id": transactional_id,
-        "transaction.timeout.ms": options.transaction_timeout_ms,
+        "transaction.timeout.ms": transaction_timeout_ms,
     })
     try:
-        # Aborts what a dead predecessor with this id left open, and fences its producer.
         producer.init_transactions(INIT_TIMEOUT_S)
     except KafkaException as error:
         raise KafkaClientError(
             f"initializing transactions for transactional id {transactional_id!r} failed: {error.args[0]}; "
             "check that the brokers are reachable and the principal may WRITE that transactional id"
         ) from error
-    log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
     return producer
 
 
 _clients: dict[tuple, object] = {}
 
 
-def _worker_client(options: SinkOptions, kind: str, make):
+def worker_client(options: SinkOptions, kind: str, make):
+    """This worker's client of ``kind`` for the sink configuration, made once by ``make()``."""
     key = (*_key(options), kind)
     if key not in _clients:
         _clients[key] = make()
@@ -90,14 +99,8 @@ def _worker_client(options: SinkOptions, kind: str, make):
 
 def admin_for(options: SinkOptions) -> AdminClient:
     """This worker's AdminClient for the sink's stable reads of the group's offsets."""
-    return _worker_client(options, "admin",
-                          lambda: AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers}))
-
-
-def fencing_clients_for(options: SinkOptions) -> FencingClients:
-    """This worker's clients of the claims topic (attempt_fencing)."""
-    return _worker_client(options, "fencing", lambda: FencingClients(
-        options.bootstrap_servers, options.kafka, options.group_id, options.transaction_timeout_ms))
+    return worker_client(options, "admin",
+                         lambda: AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers}))
 
 
 def discard(options: SinkOptions, transactional_id: str) -> None:

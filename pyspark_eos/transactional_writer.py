@@ -18,12 +18,12 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
 from . import fault_injection as faults
-from .attempt_fencing import AttemptClaim, claim_attempt
+from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
 from .errors import ConfigurationError, EosKafkaError, TransactionFailedError
 from .group_offsets import fetch_stable_commits
 from .options import ID_PER_PARTITION, SinkOptions
-from .producer_pool import WorkerProducer, admin_for, discard, fencing_clients_for, producer_for
+from .producer_pool import WorkerProducer, admin_for, discard, producer_for
 from .provenance import collect, release
 from .sink_records import KafkaRecord
 from .transactional_id_factory import lease_input_partition, lease_slot
