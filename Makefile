@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
-	$(PY) -m pyspark_eos.example_pipeline
+	$(PY) -m pyspark_eos.testing.example_pipeline
 
 ## test: install everything (venv, package, broker jars) and run the whole test suite
 test: setup spin
@@ -27,11 +27,11 @@ $(STAMP): setup.cfg pyproject.toml
 
 ## broker-jars: download the pinned Apache Kafka broker jars with Maven (once)
 broker-jars: $(STAMP)
-	$(PY) -m pyspark_eos.embedded_kafka fetch-jars
+	$(PY) -m pyspark_eos.testing.embedded_kafka fetch-jars
 
 ## dist: build the wheel (pip), the zip (--py-files) and the Maven artifact (--packages) into dist/
 dist: $(STAMP)
-	$(PY) -m pyspark_eos.distribution --out dist
+	$(PY) -m pyspark_eos.testing.distribution --out dist
 
 ## bench: the side-by-side benchmarks (see benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run
 bench: setup $(VENV)/.bench-installed

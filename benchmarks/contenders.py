@@ -22,12 +22,12 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pyspark_eos.attempt_fencing import ClaimsLog, FencingClients, claim_attempt
-from pyspark_eos.embedded_kafka import create_topic, kafka_tool_command
-from pyspark_eos.fault_injection import ATTEMPT_FENCING_OFF, arm
-from pyspark_eos.local_spark import executor_local_dirs, jars_not_in_spark, local_spark_session
-from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
-from pyspark_eos.output_check import last_stable_offsets
+from pyspark_eos.sink.attempt_fencing import ClaimsLog, FencingClients, claim_attempt
+from pyspark_eos.testing.embedded_kafka import create_topic, kafka_tool_command
+from pyspark_eos.testing.fault_injection import ATTEMPT_FENCING_OFF, arm
+from pyspark_eos.testing.local_spark import executor_local_dirs, jars_not_in_spark, local_spark_session
+from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
+from pyspark_eos.testing.output_check import last_stable_offsets
 
 from .workload import count_committed, unique, write_input
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, create_topic
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders
 from .report import RESULTS

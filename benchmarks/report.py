@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR, kafka_version
+from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR, kafka_version
 
 from .contenders import Run
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from pyspark_eos.output_check import last_stable_offsets
+from pyspark_eos.testing.output_check import last_stable_offsets
 
 log = logging.getLogger(__name__)
 

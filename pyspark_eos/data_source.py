@@ -8,11 +8,13 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from .dependencies import require_confluent_kafka
+from .kafka.dependencies import require_confluent_kafka
 from .errors import ConfigurationError
-from .kafka_schema import kafka_schema
-from .options import SinkOptions, SourceOptions, parse_bool
-from .sink_records import check_sink_schema
+from .kafka.schema import kafka_schema
+from .kafka.options import parse_bool
+from .sink.options import SinkOptions
+from .source.options import SourceOptions
+from .sink.records import check_sink_schema
 
 FORMAT_NAME = "eos-kafka"
 
@@ -30,21 +32,21 @@ class EosKafkaDataSource(DataSource):
         return kafka_schema(include_headers=parse_bool(self.options, "includeHeaders", default=False))
 
     def reader(self, schema: StructType):
-        from .batch_reader import KafkaBatchReader
+        from .source.batch_reader import KafkaBatchReader
 
         options = SourceOptions.parse(self.options, streaming=False)
         _check_schema(schema, options.include_headers)
         return KafkaBatchReader(options)
 
     def streamReader(self, schema: StructType):
-        from .micro_batch_stream import KafkaMicroBatchStream
+        from .source.micro_batch_stream import KafkaMicroBatchStream
 
         options = SourceOptions.parse(self.options, streaming=True)
         _check_schema(schema, options.include_headers)
         return KafkaMicroBatchStream(options)
 
     def writer(self, schema: StructType, overwrite: bool):
-        from .writer import EosKafkaBatchWriter
+        from .sink.writer import EosKafkaBatchWriter
 
         if overwrite:
             # Records in a Kafka topic cannot be replaced; Spark's own Kafka sink refuses it too.
@@ -54,7 +56,7 @@ class EosKafkaDataSource(DataSource):
         return EosKafkaBatchWriter(_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        from .writer import EosKafkaStreamWriter
+        from .sink.writer import EosKafkaStreamWriter
 
         return EosKafkaStreamWriter(_sink_options(self.options, schema))
 

@@ -12,9 +12,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
-from pyspark_eos.local_spark import LOCAL, LOCAL_CLUSTER, jars_not_in_spark, local_spark_session, wait_for_executors
-from pyspark_eos.maven_jars import SPARK_KAFKA_CONNECTOR
+from pyspark_eos.testing import fault_injection
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER, jars_not_in_spark, local_spark_session, wait_for_executors
+from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
+
+# Before any Spark process starts: the tests arm faults in the processes they start (jobs and
+# clusters in subprocesses too inherit it).
+fault_injection.enable()
 
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 

@@ -6,8 +6,8 @@ import sys
 
 from copy_query import run_copy  # tests/ is the script's directory, first on sys.path
 
-from pyspark_eos.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
-from pyspark_eos.local_spark import executor_local_dirs, local_spark_session
+from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
+from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
 
 bootstrap, source_topic, sink_topic, group, checkpoint = sys.argv[1:6]
 spark = local_spark_session("local[2]", app_name="eos-kafka driver job")

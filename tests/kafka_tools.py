@@ -12,8 +12,8 @@ from confluent_kafka import Producer
 
 # The independent read_committed checks live in the package (the example pipeline reports with
 # them too); they use nothing but a plain confluent-kafka consumer and AdminClient.
-from pyspark_eos.embedded_kafka import create_topic  # noqa: F401 - the tests' topics
-from pyspark_eos.output_check import Record, committed_offsets, last_stable_offsets, read_committed  # noqa: F401
+from pyspark_eos.testing.embedded_kafka import create_topic  # noqa: F401 - the tests' topics
+from pyspark_eos.testing.output_check import Record, committed_offsets, last_stable_offsets, read_committed  # noqa: F401
 
 
 def unique_name(prefix: str) -> str:
@@ -74,7 +74,7 @@ def kafka_tool(main_class: str, *args: str) -> str:
     """Run one of Kafka's own command-line tools; its stdout."""
     import subprocess
 
-    from pyspark_eos.embedded_kafka import kafka_tool_command
+    from pyspark_eos.testing.embedded_kafka import kafka_tool_command
 
     result = subprocess.run([*kafka_tool_command(main_class), *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{main_class} failed: {result.stderr[-3000:]}"

@@ -8,8 +8,8 @@ import sys
 
 import pyspark
 
-from pyspark_eos.local_spark import local_spark_session
-from pyspark_eos.writer import EosKafkaStreamWriter
+from pyspark_eos.testing.local_spark import local_spark_session
+from pyspark_eos.sink.writer import EosKafkaStreamWriter
 
 bootstrap, source_topic, sink_topic, group, checkpoint = sys.argv[1:6]
 spark = local_spark_session("local[2]", app_name="eos-kafka older pyspark")

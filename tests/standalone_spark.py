@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_eos.embedded_kafka import free_ports, log_tail
+from pyspark_eos.testing.embedded_kafka import free_ports, log_tail
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_eos.distribution import MAVEN_COORDINATES, build
-from pyspark_eos.local_spark import LOCAL, LOCAL_CLUSTER
-from pyspark_eos.project_files import conf_dir
+from pyspark_eos.testing.distribution import MAVEN_COORDINATES, build
+from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER
+from pyspark_eos.testing.project_files import conf_dir
 
 from .spark_tools import Pipeline
 from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv

@@ -32,9 +32,10 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos import errors
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster, free_ports, kafka_tool_command
-from pyspark_eos.options import SINK_OPTIONS, SOURCE_OPTIONS
-from pyspark_eos.project_files import conf_dir
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, free_ports, kafka_tool_command
+from pyspark_eos.sink.options import SINK_OPTIONS
+from pyspark_eos.source.options import SOURCE_OPTIONS
+from pyspark_eos.testing.project_files import conf_dir
 
 from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, write_transactions
 from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pyspark_eos.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 from pyspark_eos.errors import EmbeddedKafkaError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
@@ -73,7 +73,7 @@ def _stable(partition):
 
 def test_cli_starts_reports_and_stops_a_broker(tmp_path):
     directory = tmp_path / "cli-cluster"
-    command = [sys.executable, "-m", "pyspark_eos.embedded_kafka"]
+    command = [sys.executable, "-m", "pyspark_eos.testing.embedded_kafka"]
     started = subprocess.run(command + ["start", "--dir", str(directory)], capture_output=True, text=True,
                              timeout=180)
     assert started.returncode == 0, started.stderr

@@ -5,9 +5,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pyspark_eos.errors import FencedError
-from pyspark_eos.group_membership import instance_id_for, parse_group_metadata
-from pyspark_eos.micro_batch_stream import KafkaMicroBatchStream
-from pyspark_eos.options import SourceOptions
+from pyspark_eos.source.group_membership import instance_id_for, parse_group_metadata
+from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
+from pyspark_eos.source.options import SourceOptions
 
 from .kafka_tools import create_topic, transactional_producer, unique_name, wait_until, write_transactions
 

@@ -11,8 +11,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 
 from pyspark_eos.errors import PendingTransactionError
-from pyspark_eos.group_offsets import fetch_stable_committed_offsets
-from pyspark_eos.retries import Backoff
+from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
+from pyspark_eos.kafka.retries import Backoff
 
 from .kafka_tools import create_topic, transactional_producer, unique_name, wait_until, write_transactions
 from .spark_tools import BatchRecorder, run_available_now, source
@@ -67,7 +67,7 @@ def backoff_warnings(caplog) -> list[str]:
 
 @pytest.mark.parametrize("resolve, expected", [("commit_transaction", 7), ("abort_transaction", 3)])
 def test_fetch_backs_off_while_the_transaction_is_open_then_takes_its_outcome(held, caplog, resolve, expected):
-    caplog.set_level(logging.WARNING, logger="pyspark_eos.group_offsets")
+    caplog.set_level(logging.WARNING, logger="pyspark_eos.kafka.group_offsets")
     thread, outcome = fetch_in_background(held)
     wait_until(lambda: len(backoff_warnings(caplog)) >= 3, 60, "three logged back-off steps")
     assert thread.is_alive() and not outcome, "the fetch returned while the transaction was open"

@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from pyspark_eos.errors import ConfigurationError, DataLossError
-from pyspark_eos.offset_planning import (
+from pyspark_eos.source.offset_planning import (
     OffsetLookups,
     OffsetRange,
     cap,
@@ -16,7 +16,7 @@ from pyspark_eos.offset_planning import (
     resolve_offsets,
     to_json,
 )
-from pyspark_eos.options import OffsetsSpec
+from pyspark_eos.source.options import OffsetsSpec
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from pyspark_eos.errors import DataLossError
-from pyspark_eos.offset_planning import OffsetRange
-from pyspark_eos.partition_reader import ReaderSettings, consumer_config, read_range
+from pyspark_eos.source.offset_planning import OffsetRange
+from pyspark_eos.source.partition_reader import ReaderSettings, consumer_config, read_range
 
 from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
 

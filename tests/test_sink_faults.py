@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_eos.fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_BEFORE_COMMIT, arm
+from pyspark_eos.testing.fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_BEFORE_COMMIT, arm
 
-from pyspark_eos.local_spark import executor_local_dirs
+from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .spark_tools import Pipeline
 

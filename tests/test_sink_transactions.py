@@ -7,15 +7,16 @@ import threading
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from pyspark_eos.attempt_fencing import ClaimsLog
-from pyspark_eos.commit_offsets import partition_metadata
+from pyspark_eos.sink.attempt_fencing import ClaimsLog
+from pyspark_eos.sink.commit_offsets import partition_metadata
 from pyspark_eos.errors import UnassignedPartitionError
-from pyspark_eos.group_membership import GroupMembership
-from pyspark_eos.offset_planning import OffsetRange
-from pyspark_eos.options import DEFAULT_CLAIMS_TOPIC, SinkOptions
-from pyspark_eos.provenance import Provenance, record_read
-from pyspark_eos.sink_records import KafkaRecord
-from pyspark_eos.transactional_writer import write_task
+from pyspark_eos.source.group_membership import GroupMembership
+from pyspark_eos.source.offset_planning import OffsetRange
+from pyspark_eos.sink.options import SinkOptions
+from pyspark_eos.source.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.sink.provenance import Provenance, record_read
+from pyspark_eos.sink.records import KafkaRecord
+from pyspark_eos.sink.transactional_writer import write_task
 
 from .kafka_tools import (
     committed_offsets,
@@ -106,7 +107,7 @@ def test_a_plan_with_a_partition_of_another_member_is_refused(shared_group, monk
     (owned,) = stamp.assignment
     foreign = (topic, 1 - owned[1])
     ranges = tuple(OffsetRange(t, p, 0, 0 + 1) for t, p in sorted([owned, foreign]))
-    monkeypatch.setattr("pyspark_eos.transactional_writer.TaskInfo.current",
+    monkeypatch.setattr("pyspark_eos.sink.transactional_writer.TaskInfo.current",
                         classmethod(lambda cls: cls(9001, 0, "0", "q")))
     with pytest.raises(UnassignedPartitionError, match=rf"{foreign[0]}-{foreign[1]}\[0,1\).*not assigned to"):
         write_as_task(bootstrap, group, output, Provenance(ranges, stamp), 9001)
@@ -124,7 +125,7 @@ def test_offsets_committed_by_a_newer_generation_are_not_overwritten(shared_grou
     metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
     producer.send_offsets_to_transaction([TopicPartition(owned[0], owned[1], 0, metadata=newer)], metadata, 30)
     producer.commit_transaction(30)
-    monkeypatch.setattr("pyspark_eos.transactional_writer.TaskInfo.current",
+    monkeypatch.setattr("pyspark_eos.sink.transactional_writer.TaskInfo.current",
                         classmethod(lambda cls: cls(9002, 0, "0", "q")))
     with pytest.raises(UnassignedPartitionError, match="newer generation"):
         write_as_task(bootstrap, group, output, Provenance((OffsetRange(*owned, 0, 1),), stamp), 9002)

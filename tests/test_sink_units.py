@@ -4,14 +4,14 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from pyspark_eos.commit_offsets import CommitPlan, Decision, commit_plan, decide
+from pyspark_eos.sink.commit_offsets import CommitPlan, Decision, commit_plan, decide
 from pyspark_eos.errors import ConfigurationError, OffsetMismatchError, ProvenanceError
-from pyspark_eos.group_membership import GroupStamp
-from pyspark_eos.group_offsets import Committed
-from pyspark_eos.offset_planning import OffsetRange
-from pyspark_eos.options import SinkOptions
-from pyspark_eos.provenance import Provenance
-from pyspark_eos.sink_records import check_sink_schema
+from pyspark_eos.source.group_membership import GroupStamp
+from pyspark_eos.kafka.group_offsets import Committed
+from pyspark_eos.source.offset_planning import OffsetRange
+from pyspark_eos.sink.options import SinkOptions
+from pyspark_eos.sink.provenance import Provenance
+from pyspark_eos.sink.records import check_sink_schema
 
 STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
 PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pyspark_eos.errors import ConfigurationError
-from pyspark_eos.options import SourceOptions
+from pyspark_eos.source.options import SourceOptions
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "in"}
 

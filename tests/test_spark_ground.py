@@ -9,13 +9,13 @@ import textwrap
 
 import pytest
 
-from pyspark_eos.kafka_schema import kafka_schema
-from pyspark_eos.local_spark import executor_ids
+from pyspark_eos.kafka.schema import kafka_schema
+from pyspark_eos.testing.local_spark import executor_ids
 
 DISCOVERY_SCRIPT = textwrap.dedent(
     """
     import json
-    from pyspark_eos.local_spark import local_spark_session
+    from pyspark_eos.testing.local_spark import local_spark_session
     spark = local_spark_session("local[1]", app_name="eos-kafka discovery")
     reader = spark.read.format("eos-kafka").option("kafka.bootstrap.servers", "127.0.0.1:1").option("subscribe", "t")
     plain = reader.load().schema
@@ -40,7 +40,7 @@ def worker_facts(_):
     import os
     import sys
 
-    from pyspark_eos.executor_identity import executor_id
+    from pyspark_eos.sink.executor_identity import executor_id
 
     return [(executor_id(), sys.executable, os.getpid())]
 

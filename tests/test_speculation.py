@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_eos.fault_injection import STALL_AFTER_STABLE_READ, arm, stall_report
-from pyspark_eos.local_spark import executor_local_dirs, wait_for_executors
+from pyspark_eos.testing.fault_injection import STALL_AFTER_STABLE_READ, arm, stall_report
+from pyspark_eos.testing.local_spark import executor_local_dirs, wait_for_executors
 
 from .kafka_tools import wait_until
 from .spark_tools import Pipeline, eos_pipeline

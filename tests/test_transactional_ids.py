@@ -7,12 +7,12 @@ import subprocess
 import sys
 import textwrap
 
-from pyspark_eos.transactional_id_factory import PROCESS_TOKEN, lease_slot
+from pyspark_eos.sink.transactional_id_factory import PROCESS_TOKEN, lease_slot
 
 HOLDER = textwrap.dedent(
     """
     import sys
-    from pyspark_eos.transactional_id_factory import PROCESS_TOKEN, lease_slot
+    from pyspark_eos.sink.transactional_id_factory import PROCESS_TOKEN, lease_slot
     with lease_slot("p", "g") as lease:
         print(lease.slot, lease.transactional_id, PROCESS_TOKEN, flush=True)
         sys.stdin.readline()  # holds the slot until told to go on, or killed

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_eos.embedded_kafka import free_ports, random_cluster_id
+from pyspark_eos.testing.embedded_kafka import free_ports, random_cluster_id
 from pyspark_eos.errors import ConfigurationError, EosKafkaError
-from pyspark_eos.executor_identity import DRIVER, executor_id
-from pyspark_eos.options import parse_bool
+from pyspark_eos.sink.executor_identity import DRIVER, executor_id
+from pyspark_eos.kafka.options import parse_bool
 
 
 @pytest.mark.parametrize("raw, expected", [("true", True), ("TRUE", True), (" false ", False)])
@@ -47,7 +47,7 @@ def test_the_confluent_kafka_minimum_matches_the_install_requirement():
     from configparser import ConfigParser
     from pathlib import Path
 
-    from pyspark_eos.dependencies import CONFLUENT_KAFKA_MINIMUM, require_confluent_kafka
+    from pyspark_eos.kafka.dependencies import CONFLUENT_KAFKA_MINIMUM, require_confluent_kafka
 
     setup = ConfigParser()
     setup.read(Path(__file__).resolve().parent.parent / "setup.cfg")
@@ -59,7 +59,7 @@ def test_the_confluent_kafka_minimum_matches_the_install_requirement():
 def test_an_old_confluent_kafka_is_refused_with_what_to_install(monkeypatch):
     import confluent_kafka
 
-    from pyspark_eos.dependencies import require_confluent_kafka
+    from pyspark_eos.kafka.dependencies import require_confluent_kafka
     from pyspark_eos.errors import MissingDependencyError
 
     monkeypatch.setattr(confluent_kafka, "__version__", "2.5.3")

@@ -9,13 +9,12 @@ group's offsets back.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from pyspark_eos import fault_injection as faults
-from pyspark_eos.local_spark import LOCAL_CLUSTER, executor_local_dirs, wait_for_executors
+from pyspark_eos.testing import fault_injection as faults
+from pyspark_eos.testing.local_spark import LOCAL_CLUSTER, executor_local_dirs, wait_for_executors
 
 from .kafka_tools import kafka_tool, unique_name, wait_until
 from .spark_tools import Pipeline

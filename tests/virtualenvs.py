@@ -9,7 +9,7 @@ import venv
 from importlib.metadata import version
 from pathlib import Path
 
-from pyspark_eos.project_files import cache_dir
+from pyspark_eos.testing.project_files import cache_dir
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 # What eos-kafka needs at run time (setup.cfg install_requires).

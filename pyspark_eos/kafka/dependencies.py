@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from .errors import MissingDependencyError
+from ..errors import MissingDependencyError
 
 # The oldest release with everything eos-kafka calls (list_offsets with an isolation level,
 # require_stable group offset fetches). setup.cfg's install_requires says the same.

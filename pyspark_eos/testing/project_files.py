@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import EmbeddedKafkaError
+from ..errors import EmbeddedKafkaError
 
 CONF_DIR_ENV = "EOS_KAFKA_CONF_DIR"
 CACHE_DIR_ENV = "EOS_KAFKA_CACHE_DIR"
 
-_CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
+_CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def conf_dir() -> Path:

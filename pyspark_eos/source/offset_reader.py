@@ -13,9 +13,9 @@ from typing import Iterable
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from .errors import ConfigurationError, KafkaClientError
-from .group_offsets import fetch_stable_committed_offsets
-from .retries import with_retries
+from ..errors import ConfigurationError, KafkaClientError
+from ..kafka.group_offsets import fetch_stable_committed_offsets
+from ..kafka.retries import with_retries
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)

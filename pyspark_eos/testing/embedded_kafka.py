@@ -6,7 +6,7 @@ dynamic quorum formatted with ``--standalone``, several nodes a static voter set
 chosen free at start, readiness is a real admin call, and each node's output goes to a
 ``server.log`` whose path is printed whenever something fails.
 
-As a command (``python -m pyspark_eos.embedded_kafka start|stop|status|fetch-jars``) the cluster
+As a command (``python -m pyspark_eos.testing.embedded_kafka start|stop|status|fetch-jars``) the cluster
 outlives the command; its pids and ports are kept in ``cluster.json`` in its directory.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .maven_jars import KAFKA_BROKER, kafka_version
-from .errors import EmbeddedKafkaError
+from ..errors import EmbeddedKafkaError
 from .project_files import conf_dir
 
 log = logging.getLogger(__name__)
@@ -461,7 +461,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
         if existing.running_node_ids():
             raise EmbeddedKafkaError(
                 f"a cluster is already running in {directory} at {existing.bootstrap_servers}; "
-                f"stop it first: python -m pyspark_eos.embedded_kafka stop --dir {directory}"
+                f"stop it first: python -m pyspark_eos.testing.embedded_kafka stop --dir {directory}"
             )
     cluster = EmbeddedKafkaCluster(nodes=args.nodes, directory=directory, tie_to_parent=False)
     cluster.start(timeout=args.timeout)
@@ -494,7 +494,7 @@ def _cmd_fetch_jars(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pyspark_eos.embedded_kafka",
+        prog="python -m pyspark_eos.testing.embedded_kafka",
         description="Run a real Apache Kafka broker (KRaft) on 127.0.0.1 for development.",
     )
     commands = parser.add_subparsers(dest="command", required=True)

@@ -1,10 +1,4 @@
-"""Parsing of the options given to ``format("eos-kafka")``.
-
-Spark hands a data source its options as a case-insensitive mapping of strings (the keys arrive
-lower-cased). Every value is parsed here, once, into typed dataclasses, with errors that name the
-option and the values it accepts. Names and meanings follow Spark's own Kafka connector wherever
-one applies, so a query can move between ``format("kafka")`` and ``format("eos-kafka")``.
-"""
+"""The source's options (``spark.read`` / ``spark.readStream``), parsed once into ``SourceOptions``."""
 from __future__ import annotations
 
 import json
@@ -12,9 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .errors import ConfigurationError
-
-KAFKA_PREFIX = "kafka."
+from ..errors import ConfigurationError
+from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_group_id, check_known,
+                             kafka_params, parse_bool, parse_choice, parse_positive_int)
 
 # Kafka client settings the source sets itself, with what to use instead.
 _FORBIDDEN_SOURCE_KAFKA_PARAMS = {
@@ -23,46 +17,6 @@ _FORBIDDEN_SOURCE_KAFKA_PARAMS = {
     "enable.auto.offset.store": "offsets are tracked by Spark's checkpoint and the sink's transactions",
     "group.instance.id": "the source derives the static member id from kafka.group.id",
 }
-
-# Defaults of librdkafka's transaction.timeout.ms plus a margin: a transaction left open by a dead
-# writer is aborted by the broker after its timeout, so waiting longer than that is pointless.
-DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
-STABLE_OFFSETS_MARGIN_MS = 30_000
-
-
-def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    value = str(raw).strip().lower()
-    if value == "true":
-        return True
-    if value == "false":
-        return False
-    raise ConfigurationError(f"option {name}={raw!r} is not a boolean; use true or false")
-
-
-def parse_positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigurationError(f"option {name}={raw!r} must be a positive whole number")
-    return value
-
-
-def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    value = str(raw).strip().lower()
-    if value not in choices:
-        raise ConfigurationError(f"option {name}={raw!r} is not valid; use one of: {', '.join(choices)}")
-    return value
 
 
 # ------------------------------------------------------------------------------- offsets specs
@@ -186,13 +140,6 @@ def _parse_partition_list(raw: str) -> list[tuple[str, int]]:
         ) from None
 
 
-# ------------------------------------------------------------------------------- kafka.* params
-
-def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients."""
-    return {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
-
-
 def check_source_kafka_params(params: Mapping[str, str]) -> None:
     for key, reason in _FORBIDDEN_SOURCE_KAFKA_PARAMS.items():
         if key in params:
@@ -202,16 +149,6 @@ def check_source_kafka_params(params: Mapping[str, str]) -> None:
         raise ConfigurationError(
             f"option kafka.isolation.level={params['isolation.level']!r} would expose aborted and "
             "uncommitted records and break exactly-once; remove it (the source always reads read_committed)"
-        )
-
-
-def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
-    lowered = {name.lower(): name for name in known}
-    unknown = sorted(key for key in options if key not in lowered and not key.startswith(KAFKA_PREFIX))
-    if unknown:
-        raise ConfigurationError(
-            f"unknown option(s) for the eos-kafka {role}: {', '.join(unknown)}; valid options are "
-            f"{', '.join(sorted(known))} and kafka.* settings for the Kafka client"
         )
 
 
@@ -261,7 +198,7 @@ class SourceOptions:
         group_id = params.pop("group.id", None)
         if starting.kind == GROUP and not group_id:
             raise ConfigurationError("startingOffsets=group needs kafka.group.id: the group whose committed offsets to start from")
-        _check_group_id(group_id)
+        check_group_id(group_id)
         return cls(
             bootstrap_servers=bootstrap,
             subscription=parse_subscription(options),
@@ -299,80 +236,3 @@ def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSp
 def _default_stable_timeout(params: Mapping[str, str]) -> int:
     timeout = int(params.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
     return timeout + STABLE_OFFSETS_MARGIN_MS
-
-
-def _check_group_id(group_id: str | None) -> None:
-    # librdkafka's consumer group metadata encodes the group id as a NUL-terminated C string.
-    if group_id is not None and not all(32 <= ord(c) < 127 for c in group_id):
-        raise ConfigurationError(f"option kafka.group.id={group_id!r} must be printable ASCII")
-
-
-# ------------------------------------------------------------------------------- the sink
-
-SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "transactionalIdPer", "checkpointLocation", "path")
-
-# One transactional id per write slot (KIP-447), or per input partition: the older design, where
-# only the partition's own producer may commit its offsets. Kept to measure what KIP-447 saves.
-ID_PER_SLOT, ID_PER_PARTITION = "slot", "partition"
-
-# Kafka client settings the sink sets itself, with why.
-_FORBIDDEN_SINK_KAFKA_PARAMS = {
-    "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the executor and the slot",
-    "enable.idempotence": "transactions need the idempotent producer; it is always on",
-    "acks": "transactions need acks=all; it is always set",
-}
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    bootstrap_servers: str
-    topic: str | None
-    include_headers: bool
-    transactional_id_prefix: str
-    group_id: str | None
-    transaction_timeout_ms: int
-    transactional_id_per: str
-    stable_offsets_timeout_ms: int
-    kafka: dict[str, str]
-
-    @property
-    def exactly_once(self) -> bool:
-        """With kafka.group.id the sink commits the input offsets of each task in its transaction."""
-        return self.group_id is not None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
-        options = {str(key).lower(): value for key, value in options.items()}
-        check_known(options, SINK_OPTIONS, "sink")
-        params = kafka_params(options)
-        for key, reason in _FORBIDDEN_SINK_KAFKA_PARAMS.items():
-            if key in params:
-                raise ConfigurationError(f"option kafka.{key} is not supported by the eos-kafka sink: {reason}")
-        bootstrap = params.pop("bootstrap.servers", "").strip()
-        if not bootstrap:
-            raise ConfigurationError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
-        group_id = params.pop("group.id", None)
-        _check_group_id(group_id)
-        timeout = parse_positive_int(params, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
-        params.pop("transaction.timeout.ms", None)
-        prefix = str(options.get("transactionalidprefix", "eos-kafka")).strip()
-        if not prefix:
-            raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
-        topic = options.get("topic")
-        id_per = parse_choice(options, "transactionalIdPer", (ID_PER_SLOT, ID_PER_PARTITION), ID_PER_SLOT)
-        if id_per == ID_PER_PARTITION and group_id is None:
-            raise ConfigurationError("transactionalIdPer=partition derives ids from the input partitions, which "
-                                     "the sink knows only with kafka.group.id; set it, or use transactionalIdPer=slot")
-        return cls(
-            bootstrap_servers=bootstrap,
-            topic=str(topic).strip() if topic is not None else None,
-            include_headers=parse_bool(options, "includeHeaders", False),
-            transactional_id_prefix=prefix,
-            group_id=group_id,
-            transaction_timeout_ms=timeout,
-            transactional_id_per=id_per,
-            stable_offsets_timeout_ms=parse_positive_int(options, "stableOffsetsTimeoutMs",
-                                                         timeout + STABLE_OFFSETS_MARGIN_MS),
-            kafka=params,
-        )

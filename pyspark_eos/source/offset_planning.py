@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from .errors import ConfigurationError, DataLossError
+from ..errors import ConfigurationError, DataLossError
 from .options import EARLIEST, EARLIEST_OFFSET, GROUP, LATEST, LATEST_OFFSET, OffsetsSpec
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ never imported from). The jar is the package's ``.py`` files at the archive root
 Spark packages ship; Maven deploys it, with a generated pom, into a repository directory that
 ``--repositories file://...`` points at.
 
-    python -m pyspark_eos.distribution [--out dist]
+    python -m pyspark_eos.testing.distribution [--out dist]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 from .maven_jars import run_maven
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ MAVEN_GROUP = "io.github.eoskafka"
 MAVEN_ARTIFACT = "pyspark-eos-kafka"
 MAVEN_COORDINATES = f"{MAVEN_GROUP}:{MAVEN_ARTIFACT}:{__version__}"
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _CHECKOUT = _PACKAGE_DIR.parent
 # Fixed entry times make two builds of the same sources byte-identical.
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)
@@ -94,7 +94,7 @@ def deploy(jar: Path, repository: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.distribution", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.testing.distribution", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=_CHECKOUT / "dist", help="output directory (default: dist/)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")

@@ -17,7 +17,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 
 from .offset_planning import Offsets, cap, from_json, rate_limit, to_json
 from .options import SourceOptions
-from .source_planner import SourcePlanner, read_partition
+from .planner import SourcePlanner, read_partition
 
 try:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from .errors import KafkaClientError
+from ..errors import KafkaClientError
 from .options import ID_PER_PARTITION, SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EmbeddedKafkaError
+from ..errors import EmbeddedKafkaError
 from .project_files import cache_dir, conf_dir
 
 log = logging.getLogger(__name__)

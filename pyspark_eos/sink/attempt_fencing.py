@@ -41,8 +41,8 @@ from typing import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .errors import ConfigurationError, KafkaClientError, StaleAttemptError
-from .fault_injection import ATTEMPT_FENCING_OFF, is_switched_off
+from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
+from .fault_hooks import ATTEMPT_FENCING_OFF, switched_off
 from .options import SinkOptions
 from .producer_pool import init_transactional_producer, worker_client
 
@@ -217,7 +217,7 @@ def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
                   transactional_id: str) -> AttemptClaim | None:
     """Append this attempt's claim on the task's input (None while fencing is switched off)."""
-    if is_switched_off(ATTEMPT_FENCING_OFF):
+    if switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
     plans = sorted(set(plans), key=lambda p: p.epoch)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError
 
-from .errors import EosKafkaError, FencedError
+from ..errors import EosKafkaError, FencedError
 
 log = logging.getLogger(__name__)
 

@@ -17,15 +17,15 @@ from typing import Iterable, Iterator
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
-from . import fault_injection as faults
+from . import fault_hooks as faults
 from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
-from .errors import ConfigurationError, EosKafkaError, TransactionFailedError
-from .group_offsets import fetch_stable_commits
+from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
+from ..kafka.group_offsets import fetch_stable_commits
 from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import WorkerProducer, admin_for, discard, producer_for
 from .provenance import collect, release
-from .sink_records import KafkaRecord
+from .records import KafkaRecord
 from .transactional_id_factory import lease_input_partition, lease_slot
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker:
     claim: AttemptClaim | None = None
     try:
         worker.producer.begin_transaction()
-        faults.stall_if_armed(faults.STALL_BEFORE_PRODUCE)
+        faults.stall_point(faults.STALL_BEFORE_PRODUCE)
         count = _produce(worker, records, delivery)
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
@@ -159,7 +159,7 @@ def _produce(worker: WorkerProducer, records: Iterable[KafkaRecord], delivery: _
         producer.poll(0)
         count += 1
         if count == 1:
-            faults.stall_if_armed(faults.STALL_MID_PRODUCE)
+            faults.stall_point(faults.STALL_MID_PRODUCE)
     return count
 
 
@@ -192,7 +192,7 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
     if plan is not None:
         committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
                                          options.stable_offsets_timeout_ms)
-        faults.stall_if_armed(faults.STALL_AFTER_STABLE_READ)
+        faults.stall_point(faults.STALL_AFTER_STABLE_READ)
         check_ownership(plan, committed)
         if decide(plan, committed) is Decision.ALREADY_COMMITTED:
             # Spark replays a batch whose Kafka commit happened before its own commit log entry.
@@ -205,9 +205,9 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
     elif count == 0:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "nothing to write"
-    faults.crash_if_armed(faults.WORKER_BEFORE_COMMIT)
-    faults.crash_if_armed(faults.EXECUTOR_BEFORE_COMMIT)
-    faults.stall_if_armed(faults.STALL_BEFORE_COMMIT)
+    faults.crash_point(faults.WORKER_BEFORE_COMMIT)
+    faults.crash_point(faults.EXECUTOR_BEFORE_COMMIT)
+    faults.stall_point(faults.STALL_BEFORE_COMMIT)
     producer.commit_transaction(COMMIT_TIMEOUT_S)
     return "committed"
 

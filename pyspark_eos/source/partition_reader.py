@@ -15,8 +15,8 @@ from typing import Iterator
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from .errors import DataLossError, KafkaClientError
-from .kafka_schema import arrow_schema
+from ..errors import DataLossError, KafkaClientError
+from ..kafka.schema import arrow_schema
 from .offset_planning import OffsetRange
 
 log = logging.getLogger(__name__)

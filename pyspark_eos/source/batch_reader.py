@@ -4,7 +4,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSourceReader
 
 from .options import SourceOptions
-from .source_planner import SourcePlanner, read_partition
+from .planner import SourcePlanner, read_partition
 
 
 class KafkaBatchReader(DataSourceReader):

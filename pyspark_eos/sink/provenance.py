@@ -22,8 +22,8 @@ from pathlib import Path
 
 from .attempt_fencing import FencingPlan
 from .executor_identity import executor_local_directory
-from .group_membership import GroupStamp
-from .offset_planning import OffsetRange
+from ..source.group_membership import GroupStamp
+from ..source.offset_planning import OffsetRange
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .attempt_fencing import FencingPlan
-from .errors import ConfigurationError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
-from .group_membership import GroupStamp
-from .group_offsets import Committed
-from .offset_planning import OffsetRange
+from ..errors import ConfigurationError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
+from ..source.group_membership import GroupStamp
+from ..kafka.group_offsets import Committed
+from ..source.offset_planning import OffsetRange
 from .provenance import Provenance
 
 TopicPartitionKey = tuple[str, int]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
-from .attempt_fencing import FencingPlan
+from ..sink.attempt_fencing import FencingPlan
 from .group_membership import GroupStamp
 from .offset_planning import OffsetRange
 

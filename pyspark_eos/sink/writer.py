@@ -13,9 +13,9 @@ from collections import Counter
 
 from pyspark.sql import datasource
 
-from . import fault_injection as faults
+from . import fault_hooks as faults
 from .options import SinkOptions
-from .sink_records import records_from_arrow, records_from_rows
+from .records import records_from_arrow, records_from_rows
 from .transactional_writer import write_task
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class EosKafkaStreamWriter(_StreamBase):
 
     def commit(self, messages, batchId) -> None:
         log.info("batch %s written: %s", batchId, _summary(messages))
-        faults.crash_if_armed(faults.DRIVER_AFTER_KAFKA_COMMIT)
+        faults.crash_point(faults.DRIVER_AFTER_KAFKA_COMMIT)
 
     def abort(self, messages, batchId) -> None:
         # Every task aborts its own transaction on failure; committed tasks stay committed and a

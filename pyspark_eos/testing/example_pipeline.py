@@ -1,6 +1,6 @@
 """The example exactly-once pipeline, end to end, on an embedded Kafka it starts itself.
 
-    python -m pyspark_eos.example_pipeline [--records N] [--partitions P] [--no-crash]
+    python -m pyspark_eos.testing.example_pipeline [--records N] [--partitions P] [--no-crash]
 
 It writes an input topic in transactions (some aborted), runs eos-kafka -> upper-case the value
 -> eos-kafka as a Structured Streaming query with one Python worker killed with SIGKILL between
@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .embedded_kafka import EmbeddedKafkaCluster
-from .fault_injection import WORKER_BEFORE_COMMIT, arm
+from .fault_injection import WORKER_BEFORE_COMMIT, arm, enable
 from .local_spark import executor_local_dirs, local_spark_session
 from .output_check import committed_offsets, last_stable_offsets, read_committed
 
@@ -137,6 +137,8 @@ def run(records: int, partitions: int, crash: bool, work_dir: Path) -> Report:
         for name, count in ((INPUT, partitions), (OUTPUT, 2)):
             admin.create_topics([NewTopic(name, count, 1)])[name].result(60)
         committed, aborted = write_input(bootstrap, records, partitions)
+        if crash:
+            enable()  # before Spark starts: its workers load the fault handler
         spark = local_spark_session(MASTER, app_name="eos-kafka example pipeline")
         try:
             markers = arm_crash(spark) if crash else []
@@ -151,13 +153,13 @@ def run(records: int, partitions: int, crash: bool, work_dir: Path) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.example_pipeline", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.testing.example_pipeline", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=20_000, help="input records to write (default 20000)")
     parser.add_argument("--partitions", type=int, default=4, help="input partitions (default 4)")
     parser.add_argument("--no-crash", dest="crash", action="store_false", help="do not kill a worker")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in ("pyspark_eos.example", "pyspark_eos.embedded_kafka"):
+    for name in ("pyspark_eos.example", "pyspark_eos.testing.embedded_kafka"):
         logging.getLogger(name).setLevel(logging.INFO)
     with tempfile.TemporaryDirectory(prefix="eos-kafka-example-") as work_dir:
         report = run(args.records, args.partitions, args.crash, Path(work_dir))

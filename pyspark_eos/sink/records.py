@@ -11,8 +11,8 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
-from .errors import ConfigurationError
-from .kafka_schema import HEADERS_TYPE
+from ..errors import ConfigurationError
+from ..kafka.schema import HEADERS_TYPE
 
 
 class KafkaRecord(NamedTuple):

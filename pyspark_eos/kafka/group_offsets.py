@@ -20,7 +20,7 @@ from typing import Callable
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
-from .errors import KafkaClientError, PendingTransactionError
+from ..errors import KafkaClientError, PendingTransactionError
 from .retries import Backoff, is_retriable
 
 log = logging.getLogger(__name__)

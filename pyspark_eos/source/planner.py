@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import logging
 
-from .attempt_fencing import ClaimsLog
+from ..sink.attempt_fencing import ClaimsLog
 from .group_membership import GroupMembership, GroupStamp
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
-from .provenance import Provenance, record_read
+from ..sink.provenance import Provenance, record_read
 from .partition_reader import ReaderSettings, consumer_config, read_range
 
 log = logging.getLogger(__name__)

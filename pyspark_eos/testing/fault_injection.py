@@ -13,21 +13,10 @@ filters) claims the file atomically by renaming it, and then:
   a partitioned host never receives them. It resumes when ``resume_file`` appears or after
   ``seconds``, and goes on with its attempt: a zombie.
 
-An unarmed point costs one failed ``open``.
-
-Crash points:
-- ``worker-before-commit``: a write task's Python worker, after producing its records and
-  sending its offsets, before committing its transaction.
-- ``executor-before-commit``: the same moment, killing the whole executor JVM (local-cluster).
-- ``driver-after-kafka-commit``: the driver, after every task of a micro-batch committed its Kafka
-  transaction and before Spark records the batch in its commit log.
-
-Stall points of a write task: ``stall-before-produce`` (transaction begun), ``stall-mid-produce``
-(after its first record), ``stall-after-stable-read`` (the group's offsets read, nothing sent),
-``stall-before-commit`` (offsets sent, commit not yet asked for).
-
-``attempt-fencing-off`` is a switch, not a fault: while its file exists, write tasks skip the
-attempt-fencing protocol, so that a test can show the duplicates it prevents.
+This module is the handler of the commit path's fault points (``pyspark_eos.sink.fault_hooks``,
+which names them). ``enable()`` installs it for every process started afterwards (the Spark JVM,
+executors and Python workers inherit the environment); then an unarmed point costs one failed
+``open``, and without ``enable()`` the runtime never loads this module.
 """
 from __future__ import annotations
 
@@ -38,23 +27,19 @@ import signal
 import time
 from pathlib import Path
 
-from .executor_identity import executor_id, executor_local_directory
+from ..sink.executor_identity import executor_id, executor_local_directory
+from ..sink.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
+    ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, STALL_AFTER_STABLE_READ,
+    STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_POINTS, SWITCHES, WORKER_BEFORE_COMMIT)
 
 log = logging.getLogger(__name__)
 
-WORKER_BEFORE_COMMIT = "worker-before-commit"
-EXECUTOR_BEFORE_COMMIT = "executor-before-commit"
-DRIVER_AFTER_KAFKA_COMMIT = "driver-after-kafka-commit"
-CRASH_POINTS = (WORKER_BEFORE_COMMIT, EXECUTOR_BEFORE_COMMIT, DRIVER_AFTER_KAFKA_COMMIT)
 
-STALL_BEFORE_PRODUCE = "stall-before-produce"
-STALL_MID_PRODUCE = "stall-mid-produce"
-STALL_AFTER_STABLE_READ = "stall-after-stable-read"
-STALL_BEFORE_COMMIT = "stall-before-commit"
-STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT)
+def enable() -> None:
+    """Install this module as the fault-hook handler of the Spark processes started from now on."""
+    os.environ[HOOKS_ENV] = __name__
 
-ATTEMPT_FENCING_OFF = "attempt-fencing-off"
-POINTS = CRASH_POINTS + STALL_POINTS + (ATTEMPT_FENCING_OFF,)
+POINTS = CRASH_POINTS + STALL_POINTS + SWITCHES
 _DIRECTORY = "eos-kafka-faults"
 _STALL_LIMIT_S = 900.0  # a stall nobody resumes ends by itself
 
@@ -111,7 +96,7 @@ def stall_if_armed(point: str) -> None:
     if params is None:
         return
     marker = executor_local_directory() / _DIRECTORY / point
-    _latched.update(switch for switch in (ATTEMPT_FENCING_OFF,) if is_switched_off(switch))
+    _latched.update(switch for switch in SWITCHES if is_switched_off(switch))
     for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
         signal.signal(shutdown, signal.SIG_IGN)
     jvm = _jvm_ancestor(os.getppid()) if params.get("stop_executor") else None

@@ -1,0 +1,2 @@
+"""What the source and the sink share: option parsing, Spark's Kafka record schema, a group's
+committed offsets read stably, retries with back-off, and the check for the compiled client."""

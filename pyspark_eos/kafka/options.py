@@ -1,0 +1,81 @@
+"""Option parsing shared by the source and the sink: typed values and the ``kafka.*`` client settings.
+
+Spark hands a data source its options as a case-insensitive mapping of strings (the keys arrive
+lower-cased). Every value is parsed once, into the typed dataclasses of ``source.options`` and
+``sink.options``, with errors that name the option and the values it accepts. Names and meanings
+follow Spark's own Kafka connector wherever one applies, so a query can move between
+``format("kafka")`` and ``format("eos-kafka")``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import ConfigurationError
+
+KAFKA_PREFIX = "kafka."
+
+# Defaults of librdkafka's transaction.timeout.ms plus a margin: a transaction left open by a dead
+# writer is aborted by the broker after its timeout, so waiting longer than that is pointless.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+STABLE_OFFSETS_MARGIN_MS = 30_000
+
+
+def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    raise ConfigurationError(f"option {name}={raw!r} is not a boolean; use true or false")
+
+
+def parse_positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigurationError(f"option {name}={raw!r} must be a positive whole number")
+    return value
+
+
+def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in choices:
+        raise ConfigurationError(f"option {name}={raw!r} is not valid; use one of: {', '.join(choices)}")
+    return value
+
+
+# ------------------------------------------------------------------------------- kafka.* params
+
+def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients."""
+    return {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
+
+
+
+
+
+def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
+    lowered = {name.lower(): name for name in known}
+    unknown = sorted(key for key in options if key not in lowered and not key.startswith(KAFKA_PREFIX))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) for the eos-kafka {role}: {', '.join(unknown)}; valid options are "
+            f"{', '.join(sorted(known))} and kafka.* settings for the Kafka client"
+        )
+
+
+def check_group_id(group_id: str | None) -> None:
+    # librdkafka's consumer group metadata encodes the group id as a NUL-terminated C string.
+    if group_id is not None and not all(32 <= ord(c) < 127 for c in group_id):
+        raise ConfigurationError(f"option kafka.group.id={group_id!r} must be printable ASCII")

@@ -1,0 +1,60 @@
+"""The points of the commit path where tests inject faults, and the one way they get in.
+
+Exactly-once is hardest at a few moments of a write task: mid-produce, after the stable read of
+the group's offsets, between sending the offsets and committing, and on the driver after every
+task committed but before Spark's commit log. The tests crash or stall a process at exactly those
+moments. The runtime names the moments here and never imports test tooling: a handler module is
+named by the environment variable ``EOS_KAFKA_FAULT_HOOKS`` (the project's test harness sets it
+before Spark starts, so the driver, the executors and their Python workers inherit it). Without
+it every point below is one comparison with None.
+
+A handler module provides ``crash_if_armed(point)``, ``stall_if_armed(point)`` and
+``is_switched_off(switch) -> bool``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+HOOKS_ENV = "EOS_KAFKA_FAULT_HOOKS"
+
+# Crash points: the process dies there, as under the OOM killer or a machine failure.
+WORKER_BEFORE_COMMIT = "worker-before-commit"  # records produced, offsets sent, commit not asked for
+EXECUTOR_BEFORE_COMMIT = "executor-before-commit"  # the same moment, the whole executor JVM
+DRIVER_AFTER_KAFKA_COMMIT = "driver-after-kafka-commit"  # every task committed, Spark's commit log not written
+CRASH_POINTS = (WORKER_BEFORE_COMMIT, EXECUTOR_BEFORE_COMMIT, DRIVER_AFTER_KAFKA_COMMIT)
+
+# Stall points of a write task: the attempt pauses there, as in a long GC pause or a partition.
+STALL_BEFORE_PRODUCE = "stall-before-produce"  # transaction begun
+STALL_MID_PRODUCE = "stall-mid-produce"  # after its first record
+STALL_AFTER_STABLE_READ = "stall-after-stable-read"  # the group's offsets read, nothing sent
+STALL_BEFORE_COMMIT = "stall-before-commit"  # offsets sent, commit not yet asked for
+STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT)
+
+# A switch, not a fault: while on, write tasks skip attempt fencing, so a test can show the
+# duplicates it prevents.
+ATTEMPT_FENCING_OFF = "attempt-fencing-off"
+SWITCHES = (ATTEMPT_FENCING_OFF,)
+
+
+def _load_handler() -> ModuleType | None:
+    name = os.environ.get(HOOKS_ENV)
+    return importlib.import_module(name) if name else None
+
+
+_handler = _load_handler()
+
+
+def crash_point(point: str) -> None:
+    if _handler is not None:
+        _handler.crash_if_armed(point)
+
+
+def stall_point(point: str) -> None:
+    if _handler is not None:
+        _handler.stall_if_armed(point)
+
+
+def switched_off(switch: str) -> bool:
+    return _handler is not None and _handler.is_switched_off(switch)

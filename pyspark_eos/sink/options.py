@@ -1,0 +1,80 @@
+"""The sink's options (``df.write`` / ``df.writeStream``), parsed once into ``SinkOptions``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import ConfigurationError
+from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_group_id, check_known,
+                             kafka_params, parse_bool, parse_choice, parse_positive_int)
+
+
+# ------------------------------------------------------------------------------- the sink
+
+SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
+                "transactionalIdPer", "checkpointLocation", "path")
+
+# One transactional id per write slot (KIP-447), or per input partition: the older design, where
+# only the partition's own producer may commit its offsets. Kept to measure what KIP-447 saves.
+ID_PER_SLOT, ID_PER_PARTITION = "slot", "partition"
+
+# Kafka client settings the sink sets itself, with why.
+_FORBIDDEN_SINK_KAFKA_PARAMS = {
+    "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the executor and the slot",
+    "enable.idempotence": "transactions need the idempotent producer; it is always on",
+    "acks": "transactions need acks=all; it is always set",
+}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap_servers: str
+    topic: str | None
+    include_headers: bool
+    transactional_id_prefix: str
+    group_id: str | None
+    transaction_timeout_ms: int
+    transactional_id_per: str
+    stable_offsets_timeout_ms: int
+    kafka: dict[str, str]
+
+    @property
+    def exactly_once(self) -> bool:
+        """With kafka.group.id the sink commits the input offsets of each task in its transaction."""
+        return self.group_id is not None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+        options = {str(key).lower(): value for key, value in options.items()}
+        check_known(options, SINK_OPTIONS, "sink")
+        params = kafka_params(options)
+        for key, reason in _FORBIDDEN_SINK_KAFKA_PARAMS.items():
+            if key in params:
+                raise ConfigurationError(f"option kafka.{key} is not supported by the eos-kafka sink: {reason}")
+        bootstrap = params.pop("bootstrap.servers", "").strip()
+        if not bootstrap:
+            raise ConfigurationError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
+        group_id = params.pop("group.id", None)
+        check_group_id(group_id)
+        timeout = parse_positive_int(params, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        params.pop("transaction.timeout.ms", None)
+        prefix = str(options.get("transactionalidprefix", "eos-kafka")).strip()
+        if not prefix:
+            raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
+        topic = options.get("topic")
+        id_per = parse_choice(options, "transactionalIdPer", (ID_PER_SLOT, ID_PER_PARTITION), ID_PER_SLOT)
+        if id_per == ID_PER_PARTITION and group_id is None:
+            raise ConfigurationError("transactionalIdPer=partition derives ids from the input partitions, which "
+                                     "the sink knows only with kafka.group.id; set it, or use transactionalIdPer=slot")
+        return cls(
+            bootstrap_servers=bootstrap,
+            topic=str(topic).strip() if topic is not None else None,
+            include_headers=parse_bool(options, "includeHeaders", False),
+            transactional_id_prefix=prefix,
+            group_id=group_id,
+            transaction_timeout_ms=timeout,
+            transactional_id_per=id_per,
+            stable_offsets_timeout_ms=parse_positive_int(options, "stableOffsetsTimeoutMs",
+                                                         timeout + STABLE_OFFSETS_MARGIN_MS),
+            kafka=params,
+        )

@@ -1,0 +1,119 @@
+"""The package's tree is its architecture: the runtime (source, sink, kafka) never loads the
+project's test tooling (testing/), and faults reach the commit path only through sink.fault_hooks."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyspark_eos
+from pyspark_eos.sink import fault_hooks
+from pyspark_eos.testing.embedded_kafka import create_topic
+
+PACKAGE = Path(pyspark_eos.__file__).resolve().parent
+RUNTIME_FILES = sorted(path for path in PACKAGE.rglob("*.py") if path.relative_to(PACKAGE).parts[0] != "testing")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports, relative imports resolved."""
+    here = ["pyspark_eos", *path.relative_to(PACKAGE).with_suffix("").parts]
+    package = here[:-1]  # for __init__.py, ``here`` ends with "__init__"
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_runtime_module_imports_the_test_tooling():
+    assert len(RUNTIME_FILES) > 25
+    offenders = {str(path.relative_to(PACKAGE)): sorted(name for name in _imported_modules(path)
+                                                        if name.startswith("pyspark_eos.testing"))
+                 for path in RUNTIME_FILES}
+    assert {path: names for path, names in offenders.items() if names} == {}
+    # the check itself sees a relative import of testing/ (as the commit path once had)
+    assert "pyspark_eos.testing.fault_injection" in _imported_modules(PACKAGE / "testing" / "example_pipeline.py")
+
+
+def test_importing_every_runtime_module_loads_no_testing_module():
+    modules = [".".join(("pyspark_eos", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+               for path in RUNTIME_FILES]
+    script = textwrap.dedent(f"""
+        import importlib, json, sys
+        for name in {modules!r}:
+            importlib.import_module(name)
+        print(json.dumps(sorted(name for name in sys.modules if name.startswith("pyspark_eos"))))
+    """)
+    env = {key: value for key, value in os.environ.items() if key != fault_hooks.HOOKS_ENV}
+    loaded = json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                       check=True, timeout=120).stdout)
+    assert "pyspark_eos.sink.transactional_writer" in loaded
+    assert [name for name in loaded if name.startswith("pyspark_eos.testing")] == []
+
+
+# A Spark job of its own, without the fault-hook variable the test harness sets: one batch write
+# through eos-kafka, wrapped so that the write task reports what its Python worker had loaded once
+# it had written its transaction.
+WORKER_JOB = textwrap.dedent("""
+    import json, sys
+    from dataclasses import dataclass
+    from pyspark.sql.datasource import WriterCommitMessage
+    from pyspark_eos import DefaultSource
+    from pyspark_eos.sink.writer import EosKafkaBatchWriter
+    from pyspark_eos.testing.local_spark import local_spark_session
+
+    bootstrap, topic, report = sys.argv[1:4]
+
+    @dataclass
+    class Loaded(WriterCommitMessage):
+        inner: WriterCommitMessage
+        modules: list
+
+    class ReportingWriter(EosKafkaBatchWriter.__bases__[0]):  # Arrow batches where Spark has them
+        def __init__(self, inner):
+            self.inner = inner
+
+        def write(self, iterator):
+            message = self.inner.write(iterator)
+            return Loaded(message, sorted(name for name in sys.modules if name.startswith("pyspark_eos")))
+
+        def commit(self, messages):
+            self.inner.commit([message.inner for message in messages])
+            with open(report, "w") as out:
+                json.dump([message.modules for message in messages], out)
+
+    class Reporting(DefaultSource):
+        @classmethod
+        def name(cls):
+            return "eos-kafka-reporting"
+
+        def writer(self, schema, overwrite):
+            return ReportingWriter(super().writer(schema, overwrite))
+
+    spark = local_spark_session("local[1]", app_name="eos-kafka layout check")
+    spark.dataSource.register(Reporting)
+    spark.createDataFrame([("k", "v")], "key string, value string").write.mode("append") \\
+        .format("eos-kafka-reporting").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    spark.stop()
+""")
+
+
+def test_a_spark_worker_that_wrote_through_the_sink_has_loaded_no_testing_module(kafka, tmp_path):
+    topic = create_topic(kafka.bootstrap_servers, "layout-worker-check")
+    env = {key: value for key, value in os.environ.items() if key != fault_hooks.HOOKS_ENV}
+    report = tmp_path / "loaded.json"
+    result = subprocess.run([sys.executable, "-c", WORKER_JOB, kafka.bootstrap_servers, topic, str(report)], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (loaded,) = json.loads(report.read_text())
+    assert "pyspark_eos.sink.transactional_writer" in loaded  # the worker that wrote the batch
+    assert [name for name in loaded if name.startswith("pyspark_eos.testing")] == []
