@@ -112,8 +112,7 @@ def test_the_option_tables_list_every_option():
 
 def test_the_messages_on_the_troubleshooting_page_are_raised_by_the_code():
     page = (CHECKOUT / "docs" / "troubleshooting.md").read_text()
-    code = " ".join((CHECKOUT / "pyspark_eos").joinpath(f).read_text() for f in os.listdir(CHECKOUT / "pyspark_eos")
-                    if f.endswith(".py"))
+    code = " ".join(path.read_text() for path in (CHECKOUT / "pyspark_eos").rglob("*.py"))
     code = re.sub(r'"\s*\n\s*f?"', "", code)  # join implicitly concatenated string literals
     quoted = re.findall(r"\*\*`(.+?)`\*\*", page, re.DOTALL)
     # The literal start of each message, up to its first <placeholder> or "...", without "SomeError: ".
