@@ -1,0 +1,86 @@
+"""``python -m pyspark_eos status|abort-lingering``: the operator's view of a running pipeline."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ..errors import ConfigurationError, EosKafkaError
+from .abort_lingering import abort_lingering
+from .status import ClusterAccess, gather, render
+
+DEFAULT_OLDER_THAN_S = 60.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        access = ClusterAccess(arguments.bootstrap_servers, _client_config(arguments))
+        status = gather(access, arguments.group, arguments.transactional_id_prefix, tuple(getattr(arguments, "topic", None) or ()))
+        if arguments.command == "status":
+            print(status.to_json() if arguments.json else render(status))
+            return 0
+        outcomes = abort_lingering(access, status.transactions, arguments.older_than, arguments.dry_run)
+    except EosKafkaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if arguments.json:
+        print(json.dumps([asdict(outcome) for outcome in outcomes], indent=2))
+    else:
+        verb = "would abort" if arguments.dry_run else "aborted"
+        for outcome in outcomes:
+            print(f"{verb} {outcome.transactional_id} (open for {outcome.open_for_s:.1f} s)")
+        if not outcomes:
+            print(f"no transaction of {arguments.transactional_id_prefix}.{arguments.group}.* open for "
+                  f"{arguments.older_than:.0f} s or more")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pyspark_eos", description="The operator's view of a running eos-kafka pipeline.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    status = commands.add_parser("status", help="per input partition: committed offset, open transactions, lag; "
+                                               "the group's members; the pipeline's transactional ids")
+    abort = commands.add_parser("abort-lingering", help="abort open transactions the pipeline's dead workers left")
+    for command in (status, abort):
+        _common_arguments(command)
+    status.add_argument("--topic", action="append", metavar="TOPIC",
+                        help="also show partitions of TOPIC the group has not committed yet (repeatable)")
+    abort.add_argument("--older-than", type=float, default=DEFAULT_OLDER_THAN_S, metavar="SECONDS",
+                       help=f"abort only transactions open this long (default {DEFAULT_OLDER_THAN_S:.0f}); a live "
+                            "worker's transaction lasts one write task")
+    abort.add_argument("--dry-run", action="store_true", help="list what would be aborted, abort nothing")
+    return parser
+
+
+def _common_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--bootstrap-servers", required=True, help="the pipeline's kafka.bootstrap.servers")
+    command.add_argument("--group", required=True, help="the pipeline's kafka.group.id")
+    command.add_argument("--transactional-id-prefix", default="eos-kafka",
+                         help="the sink's transactionalIdPrefix option (default eos-kafka)")
+    command.add_argument("-X", "--config", action="append", metavar="KEY=VALUE",
+                         help="a Kafka client setting, as the connector's kafka.KEY options (security.protocol, "
+                              "sasl.mechanism, ssl.ca.location, ...); repeatable")
+    command.add_argument("--config-file", type=Path, metavar="FILE",
+                         help="Kafka client settings, one KEY=VALUE per line (# comments)")
+    command.add_argument("--json", action="store_true", help="machine-readable output")
+    command.add_argument("--verbose", action="store_true", help="log what is read")
+
+
+def _client_config(arguments: argparse.Namespace) -> dict[str, str]:
+    lines = arguments.config_file.read_text().splitlines() if arguments.config_file else []
+    settings = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    config = {}
+    for setting in [*settings, *(arguments.config or [])]:
+        key, separator, value = setting.partition("=")
+        if not separator or not key.strip():
+            raise ConfigurationError(f"Kafka client setting {setting!r} is not KEY=VALUE")
+        config[key.strip().removeprefix("kafka.")] = value.strip()
+    if "bootstrap.servers" in config:
+        raise ConfigurationError("give the cluster's address with --bootstrap-servers, not as a client setting")
+    return config
