@@ -44,3 +44,71 @@ def test_slots_of_different_pipelines_are_independent(tmp_path, monkeypatch):
     with lease_slot("p", "g1") as first, lease_slot("p", "g2") as second:
         assert first.slot == second.slot == 0
         assert first.transactional_id != second.transactional_id
+
+
+# A Python worker of the pool: leases a slot when told ("lease [PREFERRED]"), holds it until told
+# to release, then stays alive, idle, as a pooled worker between tasks does.
+POOLED_WORKER = textwrap.dedent(
+    """
+    import sys
+    from pyspark_eos.sink.transactional_id_factory import PROCESS_TOKEN, lease_slot
+    for line in sys.stdin:
+        words = line.split()
+        preferred = int(words[1]) if len(words) > 1 else None
+        with lease_slot("p", "g", preferred) as lease:
+            print(lease.slot, lease.previous_holder == PROCESS_TOKEN, flush=True)
+            sys.stdin.readline()  # release
+        print("released", flush=True)
+    """
+)
+
+
+class PooledWorker:
+    def __init__(self):
+        self.process = subprocess.Popen([sys.executable, "-c", POOLED_WORKER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+
+    def lease(self, preferred: int | None = None) -> tuple[int, bool]:
+        self.process.stdin.write(f"lease {'' if preferred is None else preferred}\n")
+        self.process.stdin.flush()
+        slot, held_last = self.process.stdout.readline().split()
+        return int(slot), held_last == "True"
+
+    def release(self) -> None:
+        self.process.stdin.write("release\n")
+        self.process.stdin.flush()
+        assert self.process.stdout.readline().strip() == "released"
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(30)
+
+
+def test_a_worker_keeps_its_slot_and_an_idle_workers_slot_is_left_to_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    idle = PooledWorker()
+    try:
+        assert idle.lease() == (0, False)
+        idle.release()  # alive and idle: its producer for slot 0 is still good
+        with lease_slot("p", "g") as lease:
+            assert lease.slot == 1  # not slot 0, whose last holder would lose its producer
+        with lease_slot("p", "g", preferred=1) as lease:
+            assert (lease.slot, lease.previous_holder) == (1, PROCESS_TOKEN)  # our producer: no init_transactions
+        assert idle.lease(preferred=0) == (0, True)  # nobody used slot 0 since: its producer is reused
+        idle.release()
+    finally:
+        idle.kill()
+
+
+def test_a_dead_workers_slot_goes_before_the_slot_a_worker_prefers(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    doomed = PooledWorker()
+    assert doomed.lease() == (0, False)  # killed while it holds slot 0, maybe mid-transaction
+    with lease_slot("p", "g") as lease:
+        assert lease.slot == 1
+    doomed.kill()
+    with lease_slot("p", "g", preferred=1) as lease:
+        # its init_transactions aborts what the dead worker left open, at once
+        assert lease.slot == 0 and lease.previous_holder not in ("", PROCESS_TOKEN)
+    with lease_slot("p", "g", preferred=1) as lease:
+        assert (lease.slot, lease.previous_holder) == (1, PROCESS_TOKEN)

@@ -1,23 +1,29 @@
 """Deterministic transactional ids: one per (prefix, group, executor, slot).
 
-A slot is one concurrently running write task of an executor. Spark's Python workers come from
-a pool shared by the source's read() and the sink's write(), so over time more workers than task
-slots may write; the ids must not grow with them. A write task therefore leases the
-lowest-numbered free slot for its duration, with an ``flock`` on a lock file in the executor's
-local directory: at most (task slots) ids exist, and the kernel frees the lease when a worker
-dies, so the next task in that slot uses the dead worker's id. Its ``init_transactions`` then
-aborts the transaction the dead worker left open, at once instead of after the broker's
-transaction timeout, and fences the dead worker's producer should it come back.
+A slot is held by one running write task of an executor, with an ``flock`` on a lock file in the
+executor's local directory for the task's duration; the kernel frees it when a worker dies. Each
+lease records who held the slot last, and a task chooses, in order:
 
-Each lease records who held the slot last. A worker whose cached producer was made for a slot
-that another worker has used since knows that producer was fenced by the other's
-``init_transactions`` and builds a new one.
+1. the lowest slot whose last holder has died: its ``init_transactions`` aborts the transaction a
+   dead worker may have left open at once, instead of after the broker's transaction timeout
+   (until then read_committed consumers of the output see nothing past it), and fences that
+   worker's producer should it come back;
+2. the slot its worker's producer was made for, when nobody has used it since: the producer is
+   reused as it is, with no ``init_transactions`` round trip (PySpark hands tasks to whichever
+   pooled worker is idle, so without this a slot would move between workers and each move would
+   cost a new producer);
+3. the lowest slot this worker held last or that was never used.
+
+A free slot whose last holder is a live (idle) worker is left to it. So the ids grow to the
+number of Python workers that write at the same time or keep a producer, bounded by PySpark's
+worker pool, not by the number of tasks, and a dead worker's id is taken over by the next task.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import os
 import uuid
 from dataclasses import dataclass
@@ -27,8 +33,19 @@ from typing import Iterator
 
 from .executor_identity import executor_id, executor_local_directory
 
-# Identifies this process as a slot holder (pids are recycled; this is not).
-PROCESS_TOKEN = f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid it
+    names a process even after the pid is recycled."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
+
+
+# Identifies this process as a slot holder: pid, start time, and a random part.
+PROCESS_TOKEN = f"{os.getpid()}-{_start_time(os.getpid())}-{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)
@@ -50,15 +67,49 @@ def slot_directory(prefix: str, group_id: str | None) -> Path:
 
 
 @contextlib.contextmanager
-def lease_slot(prefix: str, group_id: str | None) -> Iterator[SlotLease]:
-    """Hold the lowest free slot of this executor for the duration of one write task."""
+def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None) -> Iterator[SlotLease]:
+    """Hold a slot of this executor for the duration of one write task (see the module's docs).
+
+    ``preferred``: the slot this worker's producer was made for.
+    """
     directory = slot_directory(prefix, group_id)
-    for slot in count():
-        with _lease(directory / f"slot-{slot}.lock", wait=False) as previous:
+    candidates = itertools.chain(_orphaned(directory), [] if preferred is None else [preferred], count())
+    for slot in candidates:
+        with _lease(directory / f"slot-{slot}.lock", wait=False, take=_may_take) as previous:
             if previous is None:
                 continue
             yield SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
             return
+
+
+def _orphaned(directory: Path) -> list[int]:
+    """Slots whose last holder has died (read without locking: ``_lease`` checks again)."""
+    slots = []
+    for path in directory.glob("slot-*.lock"):
+        holder = path.read_text(errors="replace").strip()
+        if holder and holder != PROCESS_TOKEN and not _alive(holder):
+            slots.append(int(path.stem.removeprefix("slot-")))
+    return sorted(slots)
+
+
+def _may_take(previous: str) -> bool:
+    """A free slot is ours to take if we held it last, nobody ever did, or its last holder is dead."""
+    return previous == PROCESS_TOKEN or not previous or not _alive(previous)
+
+
+def _alive(token: str) -> bool:
+    pid, started, _ = (token.split("-", 2) + ["", ""])[:3]
+    if not pid.isdigit():
+        return False
+    if started != "0":
+        return _start_time(int(pid)) == started
+    try:  # no start time where there is no /proc: the pid alone
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 @contextlib.contextmanager
@@ -74,8 +125,9 @@ def lease_input_partition(prefix: str, group_id: str, topic: str, partition: int
 
 
 @contextlib.contextmanager
-def _lease(path: Path, wait: bool) -> Iterator[str | None]:
-    """Lock ``path`` (or yield None if it is taken and ``wait`` is false); yields its last holder."""
+def _lease(path: Path, wait: bool, take=lambda previous: True) -> Iterator[str | None]:
+    """Lock ``path`` and yield its last holder, recording this process as the new one; yield None
+    if it is locked (and ``wait`` is false) or ``take(last holder)`` declines it."""
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         try:
@@ -84,6 +136,9 @@ def _lease(path: Path, wait: bool) -> Iterator[str | None]:
             yield None
             return
         previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if not take(previous):
+            yield None  # left as it was: its holder's producer stays valid
+            return
         os.ftruncate(fd, 0)
         os.pwrite(fd, PROCESS_TOKEN.encode(), 0)
         yield previous
