@@ -15,7 +15,7 @@ from pyspark_eos.source.offset_planning import OffsetRange
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.source.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.sink.provenance import Provenance, record_read
-from pyspark_eos.sink.records import KafkaRecord
+from pyspark_eos.sink.records import KafkaRecord, columns_from_records
 from pyspark_eos.sink.transactional_writer import write_task
 
 from .kafka_tools import (
@@ -32,7 +32,10 @@ from .kafka_tools import (
 from .spark_tools import eos_pipeline, run_to_end
 
 
-@pytest.mark.parametrize("id_per, expected_ids", [("slot", {1, 2}), ("partition", {8})])
+# local[2] runs two tasks at a time, each with a Python worker reading and one writing: up to four
+# workers write, each keeping its slot (and producer). The pre-KIP-447 design needs one id per
+# input partition.
+@pytest.mark.parametrize("id_per, expected_ids", [("slot", {1, 2, 3, 4}), ("partition", {8})])
 def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, tmp_path, id_per, expected_ids):
     bootstrap = kafka.bootstrap_servers
     source = create_topic(bootstrap, unique_name("wide"), partitions=8)
@@ -46,7 +49,6 @@ def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, 
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert len(batches) >= 3  # 8 tasks per batch: dozens of tasks in all
     ids = transactional_ids(bootstrap, prefix)
-    # local[2] has two task slots; the pre-KIP-447 design needs one id per input partition.
     assert len(ids) in expected_ids, ids
     written = sorted(r.value for r in read_committed(bootstrap, sink))
     assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=8))
@@ -98,7 +100,7 @@ def write_as_task(bootstrap: str, group: str, output: str, provenance: Provenanc
     record_read(attempt, dataclasses.replace(provenance, fencing=fencing))
     options = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": output, "kafka.group.id": group,
                                  "transactionalIdPrefix": unique_name("g4")})
-    return write_task([KafkaRecord(output, None, None, b"result", None)], options)
+    return write_task(columns_from_records([KafkaRecord(output, None, None, b"result", None)]), options)
 
 
 def test_a_plan_with_a_partition_of_another_member_is_refused(shared_group, monkeypatch):

@@ -29,6 +29,7 @@ class WorkerProducer:
     transactional_id: str
     producer: Producer
     pid: int
+    slot: int = -1
 
 
 # At most one producer per worker process and sink configuration: the one for the slot it last
@@ -54,12 +55,35 @@ def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
     if cached is not None:
         log.info("slot moved (%s -> %s); replacing this worker's producer", cached.transactional_id,
                  lease.transactional_id)
-    _producers[key] = WorkerProducer(lease.transactional_id, _new_producer(options, lease.transactional_id), os.getpid())
+    _producers[key] = WorkerProducer(lease.transactional_id, _new_producer(options, lease.transactional_id), os.getpid(),
+                                     lease.slot)
     return _producers[key]
 
 
+def cached_slot(options: SinkOptions) -> int | None:
+    """The write slot this worker's producer was made for, if it has one: the slot to lease first."""
+    cached = _producers.get(_producer_key(options, None))
+    return cached.slot if cached is not None and cached.slot >= 0 else None
+
+
+class _DeliveryFailures:
+    """Where the worker's producers report failed deliveries: to the write task running in this
+    worker (one at a time), which sets ``current``. Successful deliveries are not reported at all
+    (delivery.report.only.error): a Python callback per record would cost more than its produce()."""
+
+    def __init__(self):
+        self.current = lambda error, message: None
+
+    def __call__(self, error, message) -> None:
+        self.current(error, message)
+
+
+delivery_failures = _DeliveryFailures()
+
+
 def _new_producer(options: SinkOptions, transactional_id: str) -> Producer:
-    producer = init_transactional_producer(options.bootstrap_servers, options.kafka, transactional_id,
+    config = {**options.kafka, "delivery.report.only.error": True, "on_delivery": delivery_failures}
+    producer = init_transactional_producer(options.bootstrap_servers, config, transactional_id,
                                            options.transaction_timeout_ms)
     log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
     return producer

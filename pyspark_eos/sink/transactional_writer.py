@@ -23,9 +23,9 @@ from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, 
 from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
 from ..kafka.group_offsets import fetch_stable_commits
 from .options import ID_PER_PARTITION, SinkOptions
-from .producer_pool import WorkerProducer, admin_for, discard, producer_for
+from .producer_pool import WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for
 from .provenance import collect, release
-from .records import KafkaRecord
+from .records import RecordColumns
 from .transactional_id_factory import lease_input_partition, lease_slot
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,9 @@ class EosKafkaCommitMessage(WriterCommitMessage):
 
 
 class _DeliveryErrors:
-    """Keeps the first failed delivery: it explains an abortable commit failure better than the
-    commit's own error (e.g. a record too large for the topic)."""
+    """Keeps the first failed delivery of the running task: it explains an abortable commit failure
+    better than the commit's own error (e.g. a record too large for the topic). The producers
+    report failed deliveries only, to ``producer_pool.delivery_failures``."""
 
     def __init__(self):
         self.first: str | None = None
@@ -83,14 +84,14 @@ class _DeliveryErrors:
             self.first = f"a record of {size} bytes to {message.topic()}-{message.partition()} was refused: {error.str()}"
 
 
-def write_task(records: Iterable[KafkaRecord], options: SinkOptions) -> EosKafkaCommitMessage:
+def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
     if options.transactional_id_per == ID_PER_PARTITION:
         return _write_with_partition_id(iter(records), options)
-    with lease_slot(options.transactional_id_prefix, options.group_id) as lease:
+    with lease_slot(options.transactional_id_prefix, options.group_id, cached_slot(options)) as lease:
         return _write_in_slot(records, options, producer_for(options, lease))
 
 
-def _write_with_partition_id(records: Iterator[KafkaRecord], options: SinkOptions) -> EosKafkaCommitMessage:
+def _write_with_partition_id(records: Iterator[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
     # The id comes from the input partition, which read() records before yielding its first row:
     # take one record (or reach the end) to learn it before the transaction begins.
     first = next(records, None)
@@ -105,10 +106,10 @@ def _write_with_partition_id(records: Iterator[KafkaRecord], options: SinkOption
         return _write_in_slot(rows, options, producer_for(options, lease), only_input=only)
 
 
-def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker: WorkerProducer,
+def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worker: WorkerProducer,
                    only_input=None) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
-    delivery = _DeliveryErrors()
+    delivery = delivery_failures.current = _DeliveryErrors()
     files: list = []
     plan: CommitPlan | None = None
     claim: AttemptClaim | None = None
@@ -141,26 +142,30 @@ def _write_in_slot(records: Iterable[KafkaRecord], options: SinkOptions, worker:
     return message
 
 
-def _produce(worker: WorkerProducer, records: Iterable[KafkaRecord], delivery: _DeliveryErrors) -> int:
+def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery: _DeliveryErrors) -> int:
     producer = worker.producer
     count = 0
-    for record in records:
-        kwargs = {"value": record.value, "key": record.key, "on_delivery": delivery}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        if record.headers:
-            kwargs["headers"] = record.headers
-        while True:
+    for columns in batches:
+        for topic, value, key, partition, headers in columns.rows():
             try:
-                producer.produce(record.topic, **kwargs)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.1)
-        producer.poll(0)
-        count += 1
-        if count == 1:
-            faults.stall_point(faults.STALL_MID_PRODUCE)
+                producer.produce(topic, value, key, partition, headers=headers)
+            except BufferError:  # the local queue is full: let deliveries drain it, then try again
+                _produce_when_queue_has_room(producer, topic, value, key, partition, headers)
+            count += 1
+            if count == 1:
+                faults.stall_point(faults.STALL_MID_PRODUCE)
+        producer.poll(0)  # serve delivery reports (failures only) once per batch
     return count
+
+
+def _produce_when_queue_has_room(producer, topic, value, key, partition, headers) -> None:
+    while True:
+        producer.poll(0.1)
+        try:
+            producer.produce(topic, value, key, partition, headers=headers)
+            return
+        except BufferError:
+            continue
 
 
 def _check_single_input(plan: CommitPlan | None, only_input) -> None:

@@ -15,7 +15,7 @@ from pyspark.sql import datasource
 
 from . import fault_hooks as faults
 from .options import SinkOptions
-from .records import records_from_arrow, records_from_rows
+from .records import columns_from_arrow, columns_from_rows
 from .transactional_writer import write_task
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ _BatchBase = getattr(datasource, "DataSourceArrowWriter", datasource.DataSourceW
 
 def _records(writer_base, iterator, options: SinkOptions):
     arrow = writer_base.__name__.endswith("ArrowWriter")
-    return (records_from_arrow if arrow else records_from_rows)(iterator, options.topic)
+    return (columns_from_arrow if arrow else columns_from_rows)(iterator, options.topic)
 
 
 def _summary(messages) -> str:
