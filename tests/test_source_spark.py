@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from chispa import assert_df_equality
@@ -122,12 +123,17 @@ def test_deleted_input_fails_the_query_naming_the_lost_offsets_unless_allowed(sp
     assert [value for _, _, value in recorder.all_rows()] == [b"v0", b"v1", b"v2", b"v3", b"w3", b"w4", b"w5"]
 
 
-def test_progress_reports_the_latest_offset(spark, kafka, mixed_topic, tmp_path):
-    query = run_available_now(source(spark, kafka.bootstrap_servers, mixed_topic, startingOffsets="earliest"),
-                              str(tmp_path / "checkpoint"), BatchRecorder())
-    latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
-    expected = last_stable_offsets(kafka.bootstrap_servers, mixed_topic, 3)
-    assert latest == {mixed_topic: {str(p): offset for p, offset in expected.items()}}
+def test_progress_shows_the_backlog_behind_the_last_stable_offsets(spark, kafka, mixed_topic, tmp_path):
+    query = run_available_now(source(spark, kafka.bootstrap_servers, mixed_topic, startingOffsets="earliest",
+                                     maxOffsetsPerTrigger=20), str(tmp_path / "checkpoint"), BatchRecorder())
+    stable = last_stable_offsets(kafka.bootstrap_servers, mixed_topic, 3)
+    progress = query.recentProgress
+    for batch in progress:
+        assert json.loads(batch["sources"][0]["latestOffset"]) == {mixed_topic: {str(p): o for p, o in stable.items()}}
+    backlogs = [sum(offset_of(batch, "latestOffset", mixed_topic, p) - offset_of(batch, "endOffset", mixed_topic, p)
+                    for p in range(3)) for batch in progress]
+    assert len(backlogs) >= 3 and backlogs[0] > 0, backlogs
+    assert backlogs == sorted(backlogs, reverse=True) and backlogs[-1] == 0, backlogs
 
 
 @pytest.mark.parametrize("options, message", [
@@ -155,11 +161,14 @@ def test_starting_by_timestamp_uses_the_first_offset_at_or_after_it(spark, kafka
 
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, unique_name("by-time"), partitions=2)
+    # Recent timestamps: records from 1970 would roll their segment at the next append (the commit
+    # marker) and fall to the 7-day retention within the broker's retention check.
+    base = int(time.time() * 1000) - 60_000
     producer = transactional_producer(bootstrap)
     producer.begin_transaction()
     for partition in (0, 1):
-        for index, timestamp in enumerate((1_000, 2_000, 3_000, 4_000)):
-            producer.produce(topic, value=b"p%d-%d" % (partition, index), partition=partition, timestamp=timestamp)
+        for index, offset_ms in enumerate((1_000, 2_000, 3_000, 4_000)):
+            producer.produce(topic, value=b"p%d-%d" % (partition, index), partition=partition, timestamp=base + offset_ms)
     producer.commit_transaction(30)
 
     def values(**options):
@@ -168,8 +177,8 @@ def test_starting_by_timestamp_uses_the_first_offset_at_or_after_it(spark, kafka
             reader = reader.option(key, value)
         return sorted(bytes(row["value"]) for row in reader.load().collect())
 
-    assert values(startingTimestamp="2500") == [b"p0-2", b"p0-3", b"p1-2", b"p1-3"]
-    per_partition = json.dumps({topic: {"0": 1500, "1": 9_999}})
+    assert values(startingTimestamp=str(base + 2500)) == [b"p0-2", b"p0-3", b"p1-2", b"p1-3"]
+    per_partition = json.dumps({topic: {"0": base + 1500, "1": base + 9_999}})
     assert values(startingOffsetsByTimestamp=per_partition) == [b"p0-1", b"p0-2", b"p0-3"]
 
 

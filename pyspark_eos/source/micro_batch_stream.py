@@ -74,6 +74,10 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("Trigger.AvailableNow: reading up to %s", to_json(self._available_now_end))
 
     def reportLatestOffset(self) -> dict | None:
+        # Spark asks right after latestOffset() and shows the answer as the progress's latestOffset,
+        # so the last stable offsets that latestOffset() just looked up are current: no second
+        # request. Python sources cannot implement ReportsSourceMetrics (the offsets-behind-latest
+        # metrics of Spark's Kafka source); the backlog is latestOffset minus endOffset.
         return to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict):
