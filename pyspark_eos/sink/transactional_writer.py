@@ -22,6 +22,7 @@ from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
 from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
 from ..kafka.group_offsets import fetch_stable_commits
+from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for
 from .provenance import collect, release
@@ -85,6 +86,7 @@ class _DeliveryErrors:
 
 
 def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
+    freeze_long_lived_objects()
     if options.transactional_id_per == ID_PER_PARTITION:
         return _write_with_partition_id(iter(records), options)
     with lease_slot(options.transactional_id_prefix, options.group_id, cached_slot(options)) as lease:

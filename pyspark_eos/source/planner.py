@@ -9,6 +9,7 @@ from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
+from ..kafka.worker_gc import freeze_long_lived_objects
 from ..sink.provenance import Provenance, record_read
 from .partition_reader import ReaderSettings, consumer_config, read_range
 
@@ -80,6 +81,7 @@ def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
 
     if not isinstance(partition, KafkaInputPartition):
         return  # Spark's placeholder task when a batch read planned no partition at all
+    freeze_long_lived_objects()
     context = TaskContext.get()
     if context is not None and partition.group is not None:
         record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group, partition.fencing))
