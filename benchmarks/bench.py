@@ -122,6 +122,7 @@ def txn_part(ground, scale: Scale) -> list[dict]:
     report.print_table("Per-batch cost against records per micro-batch", rows, ("batch_records",))
     for name, (fixed, per_record) in report.batch_cost_fit(rows).items():
         print(f"  {name:<12} batch ms = {fixed:,.0f} + {per_record * 1000:,.2f} per 1000 records")
+    report.print_phases(rows)
     return rows
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -156,9 +157,21 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
     query = writer.start()
     query.awaitTermination()
     seconds = time.perf_counter() - started
-    batches = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    batches = [p["durationMs"]["triggerExecution"] for p in progress]
     return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions), batches,
-               {"batches": len(batches)})
+               {"batches": len(batches), "phases_ms": _phases(progress)})
+
+
+# Spark's phases of a micro-batch (StreamingQueryProgress.durationMs): the source's latestOffset,
+# planning, addBatch (the tasks, reading and writing, and the sink's commit), the offset and
+# commit logs.
+PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+
+
+def _phases(progress: list[dict]) -> dict[str, float]:
+    """Median milliseconds of each phase over the micro-batches that read something."""
+    return {phase: statistics.median(p["durationMs"].get(phase, 0) for p in progress) for phase in PHASES} if progress else {}
 
 
 def kafka_copier(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:

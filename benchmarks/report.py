@@ -65,6 +65,21 @@ def summarize(part: str, case: dict, runs: list[Run]) -> dict:
     }
 
 
+def print_phases(rows: list[dict]) -> None:
+    """Where a micro-batch's time goes: the median of each Spark phase, per contender and case."""
+    phases = [row for row in rows if any(extra.get("phases_ms") for extra in row["extra"])]
+    if not phases:
+        return
+    names = list(next(extra["phases_ms"] for extra in phases[0]["extra"] if extra.get("phases_ms")))
+    print("\nMedian ms per micro-batch phase (Spark's durationMs)")
+    print("  ".join(f"{h:>14}" for h in ["batch_records", "contender", *names]))
+    for row in phases:
+        medians = [statistics.median(extra["phases_ms"][name] for extra in row["extra"] if extra.get("phases_ms"))
+                   for name in names]
+        print("  ".join(f"{str(c):>14}" for c in [row.get("batch_records", "-"), row["contender"],
+                                                  *(f"{m:,.0f}" for m in medians)]))
+
+
 def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> None:
     print(f"\n{title}")
     header = [*case_keys, "contender", "records/s", "vs eos-kafka", "p50 batch ms", "p99 batch ms", "out ok"]
