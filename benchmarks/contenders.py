@@ -111,7 +111,10 @@ def claim_cost_ms(ground: Ground, tasks: int = 200, tasks_per_plan: int = 8) -> 
 def eos_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int,
                    sink_options: dict | None = None, name: str = "eos-kafka") -> Run:
     group, prefix = unique("bench-eos"), unique("bench")
-    reader = _stream(ground, "eos-kafka", source, batch, {"kafka.group.id": group})
+    source_options = {"kafka.group.id": group}
+    if (sink_options or {}).get("transactionalIdPer") == "partition":
+        source_options["minRecordsPerPartition"] = 1  # its ids need one input partition per task
+    reader = _stream(ground, "eos-kafka", source, batch, source_options)
     writer_options = {"kafka.group.id": group, "transactionalIdPrefix": prefix, **(sink_options or {})}
     run = _run_stream(ground, name, reader, "eos-kafka", writer_options, partitions, records)
     run.extra["prefix"] = prefix

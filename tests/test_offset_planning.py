@@ -16,6 +16,7 @@ from pyspark_eos.source.offset_planning import (
     resolve_offsets,
     to_json,
 )
+from pyspark_eos.source.input_partition import input_partitions, task_count
 from pyspark_eos.source.options import OffsetsSpec
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
@@ -92,3 +93,23 @@ def test_explicit_and_timestamp_starts():
     by_time = OffsetsSpec("timestamp", per_partition={A0: 1000, A1: 5000})
     assert resolve_offsets(by_time, [A0, A1], lookups) == {A0: 50, A1: 100}
     assert resolve_offsets(OffsetsSpec("timestamp", timestamp=10), [A0], lookups) == {A0: 50}
+
+
+def test_small_ranges_share_tasks_in_full_waves_with_balanced_records():
+    ranges = [OffsetRange("a", p, 0, 1000 * (p + 1)) for p in range(8)]  # 36k records, 1k to 8k each
+    tasks = input_partitions(ranges, None, None, min_records=10_000, min_tasks=2)
+    assert len(tasks) == 2  # 36k / 10k = 3 tasks, down to a full wave of 2 cores
+    assert sorted((r for task in tasks for r in task.ranges), key=lambda r: r.key) == ranges
+    loads = [sum(r.end - r.start for r in task.ranges) for task in tasks]
+    assert max(loads) - min(loads) <= 1000
+    assert all(list(task.ranges) == sorted(task.ranges, key=lambda r: r.key) for task in tasks)
+    assert [task.index for task in tasks] == [0, 1]
+
+
+def test_large_ranges_keep_a_task_each_and_min_records_1_is_one_task_per_partition():
+    big = [OffsetRange("a", p, 0, 50_000) for p in range(4)]
+    assert [t.ranges for t in input_partitions(big, None, None, min_records=20_000, min_tasks=2)] == [(r,) for r in big]
+    small = [OffsetRange("a", p, 0, 10) for p in range(5)]
+    assert [t.ranges for t in input_partitions(small, None, None, min_records=1, min_tasks=2)] == [(r,) for r in small]
+    assert len(input_partitions(small, None, None, min_records=20_000, min_tasks=8)) == 5  # never more tasks than ranges
+    assert task_count([1000] * 256, 20_000, 2) == 12

@@ -44,7 +44,7 @@ def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, 
     prefix = unique_name("ids")
     writer = eos_pipeline(spark, bootstrap, source, sink, unique_name("g"),
                           sink_options={"transactionalIdPrefix": prefix, "transactionalIdPer": id_per},
-                          startingOffsets="earliest", maxOffsetsPerTrigger=24)
+                          startingOffsets="earliest", maxOffsetsPerTrigger=24, minRecordsPerPartition=1)
     query = run_to_end(writer, str(tmp_path / "checkpoint"))
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert len(batches) >= 3  # 8 tasks per batch: dozens of tasks in all

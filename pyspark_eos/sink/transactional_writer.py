@@ -176,7 +176,8 @@ def _check_single_input(plan: CommitPlan | None, only_input) -> None:
     read = [r for _, ranges in plan.by_member for r in ranges] if plan else []
     if read != [only_input]:
         raise ConfigurationError(f"transactionalIdPer=partition needs exactly one input partition per task; this "
-                                 f"task read {len(read)} (after a coalesce?): use transactionalIdPer=slot")
+                                 f"task read {len(read)}: set the source's minRecordsPerPartition to 1 (and no "
+                                 "coalesce), or use transactionalIdPer=slot")
 
 
 def _input_plan(provenance: list, options: SinkOptions, count: int) -> CommitPlan | None:

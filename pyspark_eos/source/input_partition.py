@@ -1,6 +1,8 @@
 """What one Spark task of the source reads: offset ranges, planned on the driver."""
 from __future__ import annotations
 
+import heapq
+
 from pyspark.sql.datasource import InputPartition
 
 from ..sink.attempt_fencing import FencingPlan
@@ -25,7 +27,36 @@ class KafkaInputPartition(InputPartition):
         return f"KafkaInputPartition({self.index}, {', '.join(map(str, self.ranges))})"
 
 
-def input_partitions(ranges: list[OffsetRange], group: GroupStamp | None,
-                     fencing: FencingPlan | None = None) -> list[KafkaInputPartition]:
-    """One Spark task per partition range, like Spark's Kafka source without minPartitions."""
-    return [KafkaInputPartition(index, (offset_range,), group, fencing) for index, offset_range in enumerate(ranges)]
+def input_partitions(ranges: list[OffsetRange], group: GroupStamp | None, fencing: FencingPlan | None = None,
+                     min_records: int = 1, min_tasks: int = 1) -> list[KafkaInputPartition]:
+    """The batch's Spark tasks: one per range, as Spark's Kafka source, unless the ranges are small.
+
+    A task's fixed cost (its transaction, the offsets it sends, its commit; a Python worker's
+    round trips) does not depend on how many records it writes, so ranges share a task until it
+    has about ``min_records`` records, with at least ``min_tasks`` tasks (the cores to keep busy)
+    in a multiple of it, and the records balanced over them. The sink commits every range of a
+    task in its one transaction.
+    """
+    tasks = task_count([r.end - r.start for r in ranges], min_records, min_tasks)
+    return [KafkaInputPartition(index, shared, group, fencing) for index, shared in enumerate(_balanced(ranges, tasks))]
+
+
+def task_count(sizes: list[int], min_records: int, min_tasks: int) -> int:
+    by_records = sum(sizes) // min_records
+    if by_records > min_tasks:
+        by_records -= by_records % min_tasks  # full waves of tasks
+    return max(1, min(len(sizes), max(min_tasks, by_records)))
+
+
+def _balanced(ranges: list[OffsetRange], tasks: int) -> list[tuple[OffsetRange, ...]]:
+    """The ranges in ``tasks`` groups of nearly equal records: the largest first, each to the
+    least loaded group; a group's ranges in topic-partition order."""
+    if tasks >= len(ranges):
+        return [(r,) for r in ranges]
+    loads = [(0, index) for index in range(tasks)]
+    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    for offset_range in sorted(ranges, key=lambda r: (-(r.end - r.start), r.key)):
+        load, index = heapq.heappop(loads)
+        groups[index].append(offset_range)
+        heapq.heappush(loads, (load + offset_range.end - offset_range.start, index))
+    return sorted((tuple(sorted(group, key=lambda r: r.key)) for group in groups), key=lambda g: g[0].key)

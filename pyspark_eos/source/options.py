@@ -158,8 +158,13 @@ SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign",
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
-    "maxOffsetsPerTrigger", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs", "claimsTopic",
+    "maxOffsetsPerTrigger", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
+    "claimsTopic",
 )
+
+# Kafka partitions with fewer records in a batch share a Spark task until it has about this many:
+# each task pays a transaction, its offsets and its commit once, some 100 ms.
+DEFAULT_MIN_RECORDS_PER_PARTITION = 20_000
 
 # Where the sink's write-task attempts claim their input (see attempt_fencing): one topic per
 # Kafka cluster serves every pipeline, its records keyed by group.
@@ -181,6 +186,7 @@ class SourceOptions:
     stable_offsets_timeout_ms: int
     kafka: dict[str, str]
     claims_topic: str = DEFAULT_CLAIMS_TOPIC
+    min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
@@ -213,6 +219,8 @@ class SourceOptions:
                 options, "stableOffsetsTimeoutMs", _default_stable_timeout(params)),
             kafka=params,
             claims_topic=_parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
+            min_records_per_partition=parse_positive_int(options, "minRecordsPerPartition",
+                                                         DEFAULT_MIN_RECORDS_PER_PARTITION),
         )
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from ..sink.attempt_fencing import ClaimsLog
 from .group_membership import GroupMembership, GroupStamp
@@ -45,7 +46,8 @@ class SourcePlanner:
         log.info("planned %d range(s): %s%s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
                  f" under {group.describe()}" if group else "",
                  f", claims from {fencing.topic}@{fencing.epoch}" if fencing else "")
-        return input_partitions(ranges, group, fencing)
+        return input_partitions(ranges, group, fencing, self.options.min_records_per_partition,
+                                min_tasks=os.cpu_count() or 1)
 
     def join_group(self) -> GroupStamp | None:
         """Join (once) and return the current membership; None without kafka.group.id."""
