@@ -87,16 +87,13 @@ def alone_part(ground, scale: Scale) -> list[dict]:
 
 def scaling_part(ground, scale: Scale) -> list[dict]:
     rows = []
-    variants = {"eos-kafka": {}, "eos-kafka per-partition": {"transactionalIdPer": "partition"}}
+    variants = {"eos-kafka": {}, "eos-kafka per-partition": {"transactionalIdPer": "partition"}, "spark-kafka": None}
     for partitions in scale.scaling_partitions:
         source = prepared_input(ground, scale.scaling_records, 100, partitions)
         batch = max(scale.scaling_records // 2, partitions)
         for name, sink_options in variants.items():
-            runs = [measured(name, contenders.eos_kafka_copy, ground, source, partitions, scale.scaling_records, batch,
-                             sink_options, name=name) for _ in range(scale.scaling_repeats)]
-            for run in runs:
-                prefix = run.extra.get("prefix")
-                run.extra["transactional_ids"] = contenders.transactional_ids(ground, prefix) if prefix else 0
+            runs = [_scaling_run(ground, name, sink_options, source, partitions, scale.scaling_records, batch)
+                    for _ in range(scale.scaling_repeats)]
             log.info("scaling %d partitions: %s %.1f s, %d transactional ids", partitions, name, runs[-1].seconds,
                      runs[-1].extra["transactional_ids"])
             row = report.summarize("scaling", {"partitions": partitions}, runs)
@@ -107,6 +104,18 @@ def scaling_part(ground, scale: Scale) -> list[dict]:
         print(f"  {row['partitions']:>4} partitions  {row['contender']:<24} transactional ids (= producers): "
               f"{row['transactional_ids']}")
     return rows
+
+
+def _scaling_run(ground, name: str, sink_options: dict | None, source: str, partitions: int, records: int,
+                 batch: int) -> contenders.Run:
+    if sink_options is None:  # Spark's connector: at-least-once, no transactions
+        run = measured(name, contenders.spark_kafka_copy, ground, source, partitions, records, batch)
+        run.extra["transactional_ids"] = 0
+        return run
+    run = measured(name, contenders.eos_kafka_copy, ground, source, partitions, records, batch, sink_options,
+                   name=name)
+    run.extra["transactional_ids"] = contenders.transactional_ids(ground, run.extra["prefix"])
+    return run
 
 
 def txn_part(ground, scale: Scale) -> list[dict]:

@@ -41,7 +41,7 @@ SCALES = {
                    scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4, fencing_records=40_000),
     # About 8 minutes on 2 cores: enough records per batch to compare one change's effect.
     "medium": Scale("medium", copy_cases=((100, 400_000), (1000, 200_000)), partitions=8, repeats=2,
-                    batch_records=50_000, alone_records=200_000, scaling_partitions=(8, 64), scaling_records=64_000,
+                    batch_records=50_000, alone_records=200_000, scaling_partitions=(8, 64, 256), scaling_records=64_000,
                     scaling_repeats=1, txn_batch_sizes=(1_000, 10_000), txn_batches=6, fencing_records=100_000),
     # About 40 minutes on 2 cores; per-task costs make 256 partitions slow, hence one repeat there.
     "full": Scale("full", copy_cases=((100, 3_000_000), (1000, 2_000_000)), partitions=8, repeats=3,
