@@ -5,9 +5,9 @@ import pytest
 
 from pyspark_eos.errors import DataLossError
 from pyspark_eos.source.offset_planning import OffsetRange
-from pyspark_eos.source.partition_reader import ReaderSettings, consumer_config, read_range
+from pyspark_eos.source.partition_reader import ReaderSettings, consumer_config, read_range, read_ranges
 
-from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
+from .kafka_tools import create_topic, mixed_transactions, read_committed, unique_name, write_transactions
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +68,16 @@ def test_a_range_whose_records_were_deleted_is_data_loss(kafka):
         read_values(kafka, topic, 1, 7)
     kept = read_values(kafka, topic, 1, 7, fail_on_data_loss=False)
     assert kept == [(4, b"v4"), (5, b"v5")]
+
+
+def test_one_consumer_reads_a_tasks_ranges_of_several_partitions_exactly(kafka):
+    topic = create_topic(kafka.bootstrap_servers, unique_name("shared-task"), partitions=3)
+    write_transactions(kafka.bootstrap_servers, topic, mixed_transactions(partitions=3, rounds=6))
+    committed = [(r.partition, r.offset, r.value) for r in read_committed(kafka.bootstrap_servers, topic, partitions=3)]
+    end = {p: max(o for q, o, _ in committed if q == p) + 2 for p in range(3)}  # past the last commit marker
+    ranges = (OffsetRange(topic, 0, 0, end[0]), OffsetRange(topic, 1, 3, end[1]), OffsetRange(topic, 2, 0, 4))
+    batches = list(read_ranges(ranges, settings(kafka, batch_records=3)))
+    read = sorted((row["partition"], row["offset"], row["value"]) for batch in batches for row in batch.to_pylist())
+    assert read == sorted((p, o, v) for p, o, v in committed
+                          if any(r.partition == p and r.start <= o < r.end for r in ranges))
+    assert {p for p, _, _ in read} == {0, 1, 2}

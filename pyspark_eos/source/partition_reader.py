@@ -83,13 +83,22 @@ class _Columns:
 
 def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of ``offset_range`` as Arrow record batches."""
+    return read_ranges((offset_range,), settings)
+
+
+def read_ranges(ranges: tuple[OffsetRange, ...], settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
+    """Yield the committed records of a task's ranges (one per partition) as Arrow record batches.
+
+    One consumer reads them all at once: a consumer costs about 100 ms to create, connect and
+    start fetching, and a task reads several small partitions (input_partition).
+    """
     consumer = Consumer(settings.consumer_config)
     try:
-        start = _start_offset(consumer, offset_range, settings)
-        if start >= offset_range.end:
-            return
-        consumer.assign([TopicPartition(offset_range.topic, offset_range.partition, start)])
-        yield from _consume(consumer, offset_range, settings)
+        starts = {r.key: _start_offset(consumer, r, settings) for r in ranges}
+        todo = {r.key: r for r in ranges if starts[r.key] < r.end}
+        if todo:
+            consumer.assign([TopicPartition(topic, partition, starts[(topic, partition)]) for topic, partition in todo])
+            yield from _consume(consumer, todo, starts, settings)
     finally:
         consumer.close()
 
@@ -107,23 +116,27 @@ def _start_offset(consumer: Consumer, offset_range: OffsetRange, settings: Reade
     return low
 
 
-def _consume(consumer: Consumer, offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
+def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     columns = _Columns(settings.include_headers)
-    position = offset_range.start
+    positions = dict(starts)
     last_progress = time.monotonic()
-    while position < offset_range.end:
+    while unfinished := [key for key, position in positions.items() if position < ranges[key].end]:
         # consume() waits for its whole timeout unless num_messages arrive, so keep it short: the
         # last call of every range would otherwise idle for the full timeout.
         messages = consumer.consume(num_messages=min(settings.batch_records, 10_000), timeout=0.1)
         for message in messages:
-            position = max(position, _take(message, offset_range, columns))
-        position = max(position, _position(consumer, offset_range))
+            key = (message.topic(), message.partition())
+            if key in ranges:
+                positions[key] = max(positions[key], _take(message, ranges[key], columns))
+        for key, position in _positions(consumer, unfinished).items():
+            positions[key] = max(positions[key], position)
         if messages:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > settings.poll_timeout_s:
+            stuck = ", ".join(f"{ranges[key]} at offset {positions[key]}" for key in unfinished)
             raise KafkaClientError(
-                f"reading {offset_range} made no progress for {settings.poll_timeout_s:.0f} s (stuck at offset "
-                f"{position}); check that the partition's leader is reachable"
+                f"reading {stuck} made no progress for {settings.poll_timeout_s:.0f} s; check that the "
+                "partitions' leaders are reachable"
             )
         if len(columns) >= settings.batch_records:
             yield columns.to_batch()
@@ -144,6 +157,7 @@ def _take(message, offset_range: OffsetRange, columns: _Columns) -> int:
     raise KafkaClientError(f"reading {offset_range} failed: {error}")
 
 
-def _position(consumer: Consumer, offset_range: OffsetRange) -> int:
-    tp = consumer.position([TopicPartition(offset_range.topic, offset_range.partition)])[0]
-    return tp.offset if tp.offset >= 0 else offset_range.start
+def _positions(consumer: Consumer, keys: list) -> dict:
+    """The consumer's positions of ``keys`` where it has one (a partition not fetched yet has none)."""
+    found = consumer.position([TopicPartition(topic, partition) for topic, partition in keys])
+    return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}

@@ -12,7 +12,7 @@ from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..sink.provenance import Provenance, record_read
-from .partition_reader import ReaderSettings, consumer_config, read_range
+from .partition_reader import ReaderSettings, consumer_config, read_ranges
 
 log = logging.getLogger(__name__)
 
@@ -87,5 +87,4 @@ def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
     context = TaskContext.get()
     if context is not None and partition.group is not None:
         record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group, partition.fencing))
-    for offset_range in partition.ranges:
-        yield from read_range(offset_range, settings)
+    yield from read_ranges(partition.ranges, settings)
