@@ -90,6 +90,10 @@ def test_explicit_and_timestamp_starts():
     assert resolve_offsets(spec, [A0, A1, B0], lookups) == {A0: 7, A1: 0, B0: 100}
     with pytest.raises(ConfigurationError, match="gives no offset for b-0"):
         resolve_offsets(OffsetsSpec("offsets", per_partition={A0: 1}), [A0, B0], lookups)
+    with pytest.raises(ConfigurationError, match="names a-37, which this query does not read"):  # Spark refuses it too
+        resolve_offsets(OffsetsSpec("offsets", per_partition={A0: -2, A1: -2, ("a", 37): -2}), [A0, A1], lookups)
+    with pytest.raises(ConfigurationError, match="names c-0, which"):
+        resolve_offsets(OffsetsSpec("timestamp", per_partition={A0: 1000, ("c", 0): 1000}), [A0], lookups)
     by_time = OffsetsSpec("timestamp", per_partition={A0: 1000, A1: 5000})
     assert resolve_offsets(by_time, [A0, A1], lookups) == {A0: 50, A1: 100}
     assert resolve_offsets(OffsetsSpec("timestamp", timestamp=10), [A0], lookups) == {A0: 50}

@@ -118,9 +118,16 @@ def _explicit_offsets(spec: OffsetsSpec, partitions, lookups: OffsetLookups) -> 
 
 
 def _require_listed(given: Mapping[TopicPartitionKey, int], partitions, what: str) -> None:
+    """The JSON must name exactly the partitions read, as Spark's Kafka source requires: a
+    partition it names that does not exist (or is not subscribed) would be ignored silently."""
     missing = [tp for tp in partitions if tp not in given]
     if missing:
         raise ConfigurationError(f"the {what} gives no offset for {_names(missing)}; list every partition read")
+    unknown = [tp for tp in given if tp not in set(partitions)]
+    if unknown:
+        raise ConfigurationError(
+            f"the {what} names {_names(unknown)}, which this query does not read (it reads {_names(partitions)}): "
+            "the topic has no such partition or the subscription does not include it; remove them")
 
 
 def _names(partitions: Iterable[TopicPartitionKey]) -> str:
