@@ -117,3 +117,14 @@ def test_large_ranges_keep_a_task_each_and_min_records_1_is_one_task_per_partiti
     assert [t.ranges for t in input_partitions(small, None, None, min_records=1, min_tasks=2)] == [(r,) for r in small]
     assert len(input_partitions(small, None, None, min_records=20_000, min_tasks=8)) == 5  # never more tasks than ranges
     assert task_count([1000] * 256, 20_000, 2) == 12
+
+
+def test_ranges_not_at_their_group_offset_get_a_task_each_and_min_records_1_never_rounds_down():
+    ranges = [OffsetRange("a", p, 0, 100) for p in range(6)]
+    tasks = input_partitions(ranges, None, None, min_records=20_000, min_tasks=2, alone=frozenset({("a", 1), ("a", 4)}))
+    alone = [t.ranges for t in tasks if len(t.ranges) == 1]
+    assert sorted(alone, key=lambda r: r[0].key) == [(ranges[1],), (ranges[4],)]
+    assert len(tasks) == 4 and [t.index for t in tasks] == [0, 1, 2, 3]
+    assert sorted((r for t in tasks for r in t.ranges), key=lambda r: r.key) == ranges
+    tiny = [OffsetRange("a", p, 0, 1) for p in range(5)]
+    assert len(input_partitions(tiny, None, None, min_records=1, min_tasks=4)) == 5

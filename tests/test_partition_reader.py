@@ -81,3 +81,16 @@ def test_one_consumer_reads_a_tasks_ranges_of_several_partitions_exactly(kafka):
     assert read == sorted((p, o, v) for p, o, v in committed
                           if any(r.partition == p and r.start <= o < r.end for r in ranges))
     assert {p for p, _, _ in read} == {0, 1, 2}
+
+
+def test_a_tasks_range_removed_by_retention_is_skipped_without_data_loss_checks_and_the_others_read(kafka):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("gone-in-task"), partitions=2)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(p, b"p%d-%d" % (p, i)) for p in (0, 1) for i in range(3)])])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.delete_records([TopicPartition(topic, 0, 4)])[TopicPartition(topic, 0, 4)].result(30)  # all of partition 0
+    ranges = (OffsetRange(topic, 0, 0, 3), OffsetRange(topic, 1, 0, 4))
+    batches = list(read_ranges(ranges, settings(kafka, fail_on_data_loss=False)))
+    assert [row["value"] for batch in batches for row in batch.to_pylist()] == [b"p1-0", b"p1-1", b"p1-2"]

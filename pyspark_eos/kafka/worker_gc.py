@@ -4,14 +4,21 @@ A reused Python worker (``spark.python.worker.reuse``, the default) runs a full 
 after every task (pyspark/daemon.py). A full collection traverses every tracked object, and most
 of a worker's objects live as long as the worker: the modules of pyspark, pyarrow and
 confluent-kafka, our cached producer and clients. ``gc.freeze()`` moves the objects alive at
-that moment to a permanent generation the collector skips. Called when a task starts, right after
-the previous task's collection, it freezes what outlives tasks and leaves each task's own
-objects to the collector; frozen objects are still freed when their last reference goes.
+that moment to a permanent generation the collector skips. It runs once per worker process, when
+its first task starts, after the heavy imports: freezing at every task would also freeze each
+task's own objects, and those that become cyclic garbage later would never be collected. Frozen
+objects are still freed when their last reference goes.
 """
 from __future__ import annotations
 
 import gc
+import os
+
+_frozen_in: int | None = None  # the pid that froze: a forked child starts unfrozen
 
 
 def freeze_long_lived_objects() -> None:
-    gc.freeze()
+    global _frozen_in
+    if _frozen_in != os.getpid():
+        gc.freeze()
+        _frozen_in = os.getpid()

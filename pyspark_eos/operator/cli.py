@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ..errors import ConfigurationError, EosKafkaError
+from ..errors import ConfigurationError, EosKafkaError, KafkaClientError
 from .abort_lingering import abort_lingering
 from .status import ClusterAccess, gather, render
 
@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         if arguments.command == "status":
             print(status.to_json() if arguments.json else render(status))
             return 0
+        if status.notes and not arguments.dry_run:
+            # A stale read of __transaction_state could name a live worker's transaction.
+            raise KafkaClientError("not aborting anything: " + "; ".join(status.notes))
         outcomes = abort_lingering(access, status.transactions, arguments.older_than, arguments.dry_run)
     except EosKafkaError as error:
         print(f"error: {error}", file=sys.stderr)

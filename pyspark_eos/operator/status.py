@@ -97,7 +97,11 @@ def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eo
     notes: list[str] = []
     generation = _generation(access, group, notes)
     wanted = set(topics) | {name.rsplit("-", 1)[0] for member in members for name in member.assignment}
-    partitions = _partitions(admin, group, wanted)
+    try:
+        partitions = _partitions(admin, group, wanted, notes)
+    except KafkaException as error:
+        raise KafkaClientError(f"reading the offsets of group {group!r} failed: {error.args[0]}; the principal "
+                               "needs DESCRIBE on the group and the input topics") from error
     transactions = _transactions(access, f"{transactional_id_prefix}.{group}.", notes)
     return GroupStatus(group, transactional_id_prefix, description.state.name, generation, members, partitions,
                        transactions, notes)
@@ -120,13 +124,15 @@ def _member(member) -> MemberStatus:
                         tuple(sorted(f"{tp.topic}-{tp.partition}" for tp in assignment)))
 
 
-def _partitions(admin: AdminClient, group: str, topics: set[str]) -> list[PartitionStatus]:
+def _partitions(admin: AdminClient, group: str, topics: set[str], notes: list[str]) -> list[PartitionStatus]:
     committed = _committed(admin, group)
     topics = topics | {topic for topic, _ in committed}
     keys = sorted(set(committed) | {key for topic in topics for key in _topic_partitions(admin, topic)})
     if not keys:
         return []
     stable = fetch_committed_once(admin, group, keys, REQUEST_TIMEOUT_S)
+    if stable.retriable is not None:
+        notes.append(f"whether open transactions hold offsets is unknown: {stable.reason()}")
     last_stable = _last_stable_offsets(admin, keys)
     return [_partition_status(key, committed.get(key), key in stable.unstable, last_stable.get(key)) for key in keys]
 
@@ -196,8 +202,11 @@ def _transactions(access: ClusterAccess, id_prefix: str, notes: list[str]) -> li
 def _read_compacted(access: ClusterAccess, topic: str, choose_partitions, notes: list[str], wanted,
                     timeout_s: float = 60.0) -> dict[str, bytes | None]:
     """The latest value per key (filtered by ``wanted``) of an internal topic's chosen partitions."""
+    # read_uncommitted: __consumer_offsets holds the sinks' transactional offset commits, and an
+    # open transaction would stop a read_committed consumer short of the newest group metadata.
     consumer = Consumer({**access.client_config(), "group.id": f"eos-kafka-status-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_uncommitted"})
     try:
         metadata = consumer.list_topics(topic, timeout=REQUEST_TIMEOUT_S).topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:

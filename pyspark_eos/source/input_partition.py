@@ -28,21 +28,27 @@ class KafkaInputPartition(InputPartition):
 
 
 def input_partitions(ranges: list[OffsetRange], group: GroupStamp | None, fencing: FencingPlan | None = None,
-                     min_records: int = 1, min_tasks: int = 1) -> list[KafkaInputPartition]:
+                     min_records: int = 1, min_tasks: int = 1, alone: frozenset = frozenset()) -> list[KafkaInputPartition]:
     """The batch's Spark tasks: one per range, as Spark's Kafka source, unless the ranges are small.
 
     A task's fixed cost (its transaction, the offsets it sends, its commit; a Python worker's
     round trips) does not depend on how many records it writes, so ranges share a task until it
     has about ``min_records`` records, with at least ``min_tasks`` tasks (the cores to keep busy)
     in a multiple of it, and the records balanced over them. The sink commits every range of a
-    task in its one transaction.
+    task in its one transaction, or none: ranges in ``alone`` (partitions whose group offset is not
+    at the range's start, as in a batch replayed after its Kafka commit under another grouping)
+    get a task each, so that the sink decides for each of them on its own.
     """
-    tasks = task_count([r.end - r.start for r in ranges], min_records, min_tasks)
-    return [KafkaInputPartition(index, shared, group, fencing) for index, shared in enumerate(_balanced(ranges, tasks))]
+    shared = [r for r in ranges if r.key not in alone]
+    tasks = task_count([r.end - r.start for r in shared], min_records, min_tasks)
+    groups = _balanced(shared, tasks) + [(r,) for r in ranges if r.key in alone]
+    return [KafkaInputPartition(index, group_ranges, group, fencing) for index, group_ranges in enumerate(groups)]
 
 
 def task_count(sizes: list[int], min_records: int, min_tasks: int) -> int:
     by_records = sum(sizes) // min_records
+    if by_records >= len(sizes):
+        return len(sizes)  # ranges big enough for a task each (always, with min_records 1)
     if by_records > min_tasks:
         by_records -= by_records % min_tasks  # full waves of tasks
     return max(1, min(len(sizes), max(min_tasks, by_records)))

@@ -1,4 +1,4 @@
-"""Executor side of the source: reads one offset range with read_committed into Arrow batches.
+"""Executor side of the source: reads a task's offset ranges with read_committed into Arrow batches.
 
 A range [start, end) is done when the consumer's position reaches ``end``, or when the partition
 end is reached at or past it. Counting records would never finish: transaction markers and
@@ -118,19 +118,23 @@ def _start_offset(consumer: Consumer, offset_range: OffsetRange, settings: Reade
 
 def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     columns = _Columns(settings.include_headers)
-    positions = dict(starts)
+    positions = {key: starts[key] for key in ranges}
     last_progress = time.monotonic()
     while unfinished := [key for key, position in positions.items() if position < ranges[key].end]:
         # consume() waits for its whole timeout unless num_messages arrive, so keep it short: the
         # last call of every range would otherwise idle for the full timeout.
         messages = consumer.consume(num_messages=min(settings.batch_records, 10_000), timeout=0.1)
+        before = sum(positions[key] for key in unfinished)
         for message in messages:
             key = (message.topic(), message.partition())
-            if key in ranges:
+            if key in positions:
                 positions[key] = max(positions[key], _take(message, ranges[key], columns))
+            elif message.error() is not None:  # a client-level error, of no partition
+                raise KafkaClientError(f"reading {', '.join(map(str, ranges.values()))} failed: {message.error()}")
         for key, position in _positions(consumer, unfinished).items():
             positions[key] = max(positions[key], position)
-        if messages:
+        _pause_finished(consumer, ranges, positions, unfinished)
+        if sum(positions[key] for key in unfinished) > before:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > settings.poll_timeout_s:
             stuck = ", ".join(f"{ranges[key]} at offset {positions[key]}" for key in unfinished)
@@ -142,6 +146,13 @@ def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSet
             yield columns.to_batch()
     if len(columns):
         yield columns.to_batch()
+
+
+def _pause_finished(consumer: Consumer, ranges: dict, positions: dict, unfinished: list) -> None:
+    """Stop fetching partitions that reached their range's end while others are still read."""
+    done = [TopicPartition(*key) for key in unfinished if positions[key] >= ranges[key].end]
+    if done:
+        consumer.pause(done)
 
 
 def _take(message, offset_range: OffsetRange, columns: _Columns) -> int:

@@ -10,6 +10,7 @@ from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
+from ..kafka.group_offsets import fetch_committed_once
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..sink.provenance import Provenance, record_read
 from .partition_reader import ReaderSettings, consumer_config, read_ranges
@@ -46,8 +47,20 @@ class SourcePlanner:
         log.info("planned %d range(s): %s%s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
                  f" under {group.describe()}" if group else "",
                  f", claims from {fencing.topic}@{fencing.epoch}" if fencing else "")
-        return input_partitions(ranges, group, fencing, self.options.min_records_per_partition,
-                                min_tasks=os.cpu_count() or 1)
+        min_tasks = os.cpu_count() or 1
+        alone = self._not_at_start(ranges) if group and len(ranges) > min_tasks else frozenset()
+        return input_partitions(ranges, group, fencing, self.options.min_records_per_partition, min_tasks, alone)
+
+    def _not_at_start(self, ranges) -> frozenset:
+        """Partitions whose group offset is not at their range's start: a replay of a batch whose
+        Kafka commit happened before Spark's commit log (maybe under another grouping: other
+        cores, another minRecordsPerPartition). Grouped with unreplayed ranges, the sink could
+        commit neither."""
+        # One OffsetFetch, not waiting for open transactions: a replayed range's offsets were
+        # committed, and a zombie's pending ones are aborted by the tasks' attempt fencing.
+        found = fetch_committed_once(self.kafka.admin, self.options.group_id, [r.key for r in ranges]).commits
+        return frozenset(r.key for r in ranges if found.get(r.key) is not None
+                         and found[r.key].offset not in (None, r.start))
 
     def join_group(self) -> GroupStamp | None:
         """Join (once) and return the current membership; None without kafka.group.id."""
