@@ -62,9 +62,6 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
     return {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
 
 
-
-
-
 def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
     lowered = {name.lower(): name for name in known}
     unknown = sorted(key for key in options if key not in lowered and not key.startswith(KAFKA_PREFIX))

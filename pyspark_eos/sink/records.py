@@ -40,9 +40,6 @@ class RecordColumns(NamedTuple):
     values: list[bytes | str | None]
     headers: list[list[tuple[str, bytes | None]] | None] | None
 
-    def __len__(self) -> int:
-        return len(self.values)
-
     def rows(self) -> Iterator[tuple]:
         """(topic, value, key, partition, headers) per record, in Producer.produce's order."""
         topics = repeat(self.topics) if isinstance(self.topics, str) else self.topics

@@ -89,6 +89,10 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKaf
     freeze_long_lived_objects()
     if options.transactional_id_per == ID_PER_PARTITION:
         return _write_with_partition_id(iter(records), options)
+    return _write_in_leased_slot(records, options)
+
+
+def _write_in_leased_slot(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
     with lease_slot(options.transactional_id_prefix, options.group_id, cached_slot(options)) as lease:
         return _write_in_slot(records, options, producer_for(options, lease))
 
@@ -101,8 +105,7 @@ def _write_with_partition_id(records: Iterator[RecordColumns], options: SinkOpti
     ranges = [r for p in provenance for r in p.ranges]
     rows = records if first is None else itertools.chain([first], records)
     if not ranges:  # nothing read (a shuffle, an empty task): the slot path explains or skips it
-        with lease_slot(options.transactional_id_prefix, options.group_id) as lease:
-            return _write_in_slot(rows, options, producer_for(options, lease))
+        return _write_in_leased_slot(rows, options)
     only = ranges[0]
     with lease_input_partition(options.transactional_id_prefix, options.group_id, only.topic, only.partition) as lease:
         return _write_in_slot(rows, options, producer_for(options, lease), only_input=only)

@@ -4,15 +4,15 @@ from __future__ import annotations
 import logging
 import os
 
+from ..kafka.group_offsets import fetch_committed_once
+from ..kafka.worker_gc import freeze_long_lived_objects
 from ..sink.attempt_fencing import ClaimsLog
+from ..sink.provenance import Provenance, record_read
 from .group_membership import GroupMembership, GroupStamp
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
-from ..kafka.group_offsets import fetch_committed_once
-from ..kafka.worker_gc import freeze_long_lived_objects
-from ..sink.provenance import Provenance, record_read
 from .partition_reader import ReaderSettings, consumer_config, read_ranges
 
 log = logging.getLogger(__name__)
