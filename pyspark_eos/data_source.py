@@ -13,6 +13,7 @@ from .errors import ConfigurationError
 from .kafka.schema import kafka_schema
 from .kafka.options import parse_bool
 from .sink.options import SinkOptions
+from .source.offset_planning import named_partitions, require_read
 from .source.options import SourceOptions
 from .sink.records import check_sink_schema
 
@@ -28,7 +29,7 @@ class EosKafkaDataSource(DataSource):
         # Spark calls schema() at load(): checking the source options here makes a bad option fail
         # there, before any query starts.
         require_confluent_kafka()
-        SourceOptions.parse(self.options, streaming=None)
+        _check_named_partitions(SourceOptions.parse(self.options, streaming=None))
         return kafka_schema(include_headers=parse_bool(self.options, "includeHeaders", default=False))
 
     def reader(self, schema: StructType):
@@ -66,6 +67,18 @@ def _sink_options(options, schema: StructType) -> SinkOptions:
     parsed = SinkOptions.parse(options)
     check_sink_schema(schema, parsed.topic)
     return parsed
+
+
+def _check_named_partitions(options: SourceOptions) -> None:
+    # Planning finds a JSON naming a partition the query does not read, but only once a query
+    # plans (a stream's first batch): one metadata request here makes it fail at load().
+    named = named_partitions(options)
+    if named:
+        from .source.offset_reader import KafkaOffsetReader
+
+        partitions = KafkaOffsetReader(options).topic_partitions()
+        for option, given in named.items():
+            require_read(given, partitions, option)
 
 
 def _check_schema(schema: StructType, include_headers: bool) -> None:

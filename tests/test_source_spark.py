@@ -149,6 +149,22 @@ def test_bad_options_fail_at_load(spark, options, message):
         reader.load()
 
 
+@pytest.mark.parametrize("streaming, option, named", [
+    (False, "startingOffsets", {"0": -2, "1": -2, "2": -2, "37": -2}),
+    (True, "startingOffsets", {"0": -2, "1": -2, "2": -2, "37": -2}),
+    (True, "startingOffsetsByTimestamp", {"0": 0, "1": 0, "2": 0, "5": 0}),
+    (False, "endingOffsets", {"0": -1, "1": -1, "2": -1, "9": -1}),
+], ids=["read-starting", "readStream-starting", "readStream-by-timestamp", "read-ending"])
+def test_offsets_json_naming_a_partition_the_topic_does_not_have_fails_at_load(spark, kafka, mixed_topic,
+                                                                            streaming, option, named):
+    extra = [p for p in named if int(p) > 2][0]
+    reader = (spark.readStream if streaming else spark.read).format("eos-kafka")
+    reader = (reader.option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("subscribe", mixed_topic)
+              .option(option, json.dumps({mixed_topic: named})))
+    with pytest.raises(Exception, match=f"the {option} JSON names {mixed_topic}-{extra}, which this query does not read"):
+        reader.load()
+
+
 def test_a_subscribed_topic_that_does_not_exist_is_named(spark, kafka):
     frame = (spark.read.format("eos-kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
              .option("subscribe", "no-such-topic").load())

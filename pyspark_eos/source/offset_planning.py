@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from ..errors import ConfigurationError, DataLossError
-from .options import EARLIEST, EARLIEST_OFFSET, GROUP, LATEST, LATEST_OFFSET, OffsetsSpec
+from .options import EARLIEST, EARLIEST_OFFSET, GROUP, LATEST, LATEST_OFFSET, OffsetsSpec, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,20 @@ def _require_listed(given: Mapping[TopicPartitionKey, int], partitions, what: st
     missing = [tp for tp in partitions if tp not in given]
     if missing:
         raise ConfigurationError(f"the {what} gives no offset for {_names(missing)}; list every partition read")
+    require_read(given, partitions, what)
+
+
+def named_partitions(options: SourceOptions) -> dict[str, Mapping[TopicPartitionKey, int]]:
+    """The partitions each offsets option names one by one (JSON offsets or timestamps)."""
+    suffix = {"timestamp": "OffsetsByTimestamp", "offsets": "Offsets"}
+    return {f"{side}{suffix[spec.kind]} JSON": spec.per_partition
+            for side, spec in (("starting", options.starting), ("ending", options.ending)) if spec.per_partition}
+
+
+def require_read(given: Iterable[TopicPartitionKey], partitions, what: str) -> None:
+    """Every partition the JSON names must be one the query reads. Unlike a missing partition
+    (which a restarted stream may legitimately have gained since its JSON was written), a named
+    one that is not read is a mistake whenever it is found: load() checks it too."""
     unknown = [tp for tp in given if tp not in set(partitions)]
     if unknown:
         raise ConfigurationError(
