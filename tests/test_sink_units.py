@@ -28,6 +28,19 @@ def test_sink_options_defaults_and_refusals():
         SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topics": "x"})
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"topic": " "}, "option topic='' is not a valid Kafka topic name"),
+    ({"topic": "orders out"}, "option topic='orders out' is not a valid Kafka topic name"),
+    ({"kafka.group.id": " "}, "option kafka.group.id is empty"),
+    ({"kafka.transaction.timeout.ms": "-5"}, "option kafka.transaction.timeout.ms='-5' must be a positive whole number"),
+    ({"kafka.linger.ms": "soon"}, "eos-kafka sink is refused by the Kafka client.*Invalid value"),
+    ({"kafka.lingerms": "5"}, 'No such configuration property: "lingerms"'),
+])
+def test_bad_sink_options_are_named(options, message):
+    with pytest.raises(ConfigurationError, match=message):
+        SinkOptions.parse({"kafka.bootstrap.servers": "h:1", **options})
+
+
 def schema(*fields):
     return StructType([StructField(name, kind) for name, kind in fields])
 

@@ -65,6 +65,18 @@ def test_stable_timeout_follows_the_transaction_timeout():
     ({"claimsTopic": "claims/of mine"}, "claimsTopic='claims/of mine' is not a valid Kafka topic name"),
     ({"claimsTopic": " "}, "claimsTopic='' is not a valid Kafka topic name"),
     ({"maxOfsetsPerTrigger": "5"}, "unknown option\\(s\\) for the eos-kafka source: maxofsetspertrigger; valid options"),
+    ({"startingOffsets": '{"in":{"0":-3}}'}, "startingOffsets has in-0: -3; each value must be an offset, or -2"),
+    ({"startingOffsets": '{"in":{"0":1.7}}'}, "startingOffsets=.* is not valid JSON of the form"),
+    ({"startingOffsetsByTimestamp": '{"in":{"0":-1}}'}, "startingOffsetsByTimestamp has in-0: -1; each value must be a "
+                                                         "timestamp"),
+    ({"startingTimestamp": "-2"}, "startingTimestamp='-2' must be a timestamp in milliseconds"),
+    ({"subscribe": None, "assign": '{"in":[-1]}'}, "option assign=.* is not valid JSON"),
+    ({"subscribe": None, "assign": '{"in":[0,1,0]}'}, "option assign names in-0 more than once"),
+    ({"subscribe": None, "subscribePattern": " "}, "option subscribePattern is empty"),
+    ({"kafka.group.id": ""}, "option kafka.group.id is empty"),
+    ({"kafka.transaction.timeout.ms": "1m"}, "option kafka.transaction.timeout.ms='1m' must be a positive whole number"),
+    ({"kafka.fetch.max.wait": "5"}, 'refused by the Kafka client \\(librdkafka\\): No such configuration property: "fetch.max.wait"'),
+    ({"kafka.fetch.wait.max.ms": "soon"}, "refused by the Kafka client.*Invalid value for configuration property"),
 ])
 def test_bad_options_are_named_with_the_fix(options, message):
     merged = {key: value for key, value in {**BASE, **options}.items() if value is not None}

@@ -8,11 +8,13 @@ follow Spark's own Kafka connector wherever one applies, so a query can move bet
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 from ..errors import ConfigurationError
 
 KAFKA_PREFIX = "kafka."
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 # Defaults of librdkafka's transaction.timeout.ms plus a margin: a transaction left open by a dead
 # writer is aborted by the broker after its timeout, so waiting longer than that is pointless.
@@ -72,7 +74,39 @@ def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -
         )
 
 
+def check_client_settings(params: Mapping[str, str], role: str) -> None:
+    """librdkafka checks its settings' names and values only when a client is made, which would be
+    when a batch is planned or in a task: make one now, offline (without bootstrap.servers it
+    connects nowhere), and discard it."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    try:
+        client = (Producer if role == "sink" else Consumer)({**params, "group.id": "eos-kafka-settings-check",
+                                                              "log_level": 0})
+    except KafkaException as error:
+        raise ConfigurationError(f"a kafka.* option of the eos-kafka {role} is refused by the Kafka client "
+                                 f"(librdkafka): {error.args[0].str().strip()}; fix or remove it (kafka.* options are "
+                                 "librdkafka settings, see its CONFIGURATION.md)") from None
+    if role != "sink":
+        client.close()
+
+
 def check_group_id(group_id: str | None) -> None:
+    if group_id is not None and not group_id.strip():
+        # Kafka accepts an empty group id for fetching but not for committing offsets.
+        raise ConfigurationError("option kafka.group.id is empty; name the pipeline's consumer group, or leave "
+                                 "the option out")
     # librdkafka's consumer group metadata encodes the group id as a NUL-terminated C string.
     if group_id is not None and not all(32 <= ord(c) < 127 for c in group_id):
         raise ConfigurationError(f"option kafka.group.id={group_id!r} must be printable ASCII")
+
+
+def parse_topic_name(options: Mapping[str, str], name: str, default: str | None) -> str | None:
+    raw = options.get(name.lower(), default)
+    if raw is None:
+        return None
+    value = str(raw).strip()
+    if not _TOPIC_NAME.fullmatch(value) or value in (".", ".."):
+        raise ConfigurationError(f"option {name}={value!r} is not a valid Kafka topic name: use 1 to 249 of "
+                                 "a-z, A-Z, 0-9, '.', '_' and '-'")
+    return value

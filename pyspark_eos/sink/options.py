@@ -5,8 +5,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import ConfigurationError
-from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_group_id, check_known,
-                             kafka_params, parse_bool, parse_choice, parse_positive_int)
+from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_client_settings,
+                             check_group_id, check_known, kafka_params, parse_bool, parse_choice, parse_positive_int,
+                             parse_topic_name)
 
 
 # ------------------------------------------------------------------------------- the sink
@@ -56,19 +57,20 @@ class SinkOptions:
             raise ConfigurationError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
         group_id = params.pop("group.id", None)
         check_group_id(group_id)
-        timeout = parse_positive_int(params, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        timeout = parse_positive_int(options, "kafka.transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        check_client_settings(params, "sink")
         params.pop("transaction.timeout.ms", None)
         prefix = str(options.get("transactionalidprefix", "eos-kafka")).strip()
         if not prefix:
             raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
-        topic = options.get("topic")
+        topic = parse_topic_name(options, "topic", None)
         id_per = parse_choice(options, "transactionalIdPer", (ID_PER_SLOT, ID_PER_PARTITION), ID_PER_SLOT)
         if id_per == ID_PER_PARTITION and group_id is None:
             raise ConfigurationError("transactionalIdPer=partition derives ids from the input partitions, which "
                                      "the sink knows only with kafka.group.id; set it, or use transactionalIdPer=slot")
         return cls(
             bootstrap_servers=bootstrap,
-            topic=str(topic).strip() if topic is not None else None,
+            topic=topic,
             include_headers=parse_bool(options, "includeHeaders", False),
             transactional_id_prefix=prefix,
             group_id=group_id,

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..errors import ConfigurationError
-from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_group_id, check_known,
-                             kafka_params, parse_bool, parse_choice, parse_positive_int)
+from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_client_settings,
+                             check_group_id, check_known, kafka_params, parse_bool, parse_choice, parse_positive_int,
+                             parse_topic_name)
 
 # Kafka client settings the source sets itself, with what to use instead.
 _FORBIDDEN_SOURCE_KAFKA_PARAMS = {
@@ -42,19 +43,28 @@ class OffsetsSpec:
     timestamp: int | None = None
 
 
-def _parse_partition_json(name: str, raw: str) -> dict[tuple[str, int], int]:
+def _parse_partition_json(name: str, raw: str, lowest: int) -> dict[tuple[str, int], int]:
+    """``{"topic": {"partition": value}}``; values are whole numbers of at least ``lowest`` (a float
+    would be truncated, and Kafka reads a negative timestamp as a special offset)."""
     try:
         decoded = json.loads(raw)
-        return {
-            (str(topic), int(partition)): int(value)
+        parsed = {
+            (str(topic), int(partition)): value
             for topic, partitions in decoded.items()
             for partition, value in partitions.items()
         }
     except (ValueError, AttributeError, TypeError):
+        parsed = None
+    if parsed is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in parsed.values()):
         raise ConfigurationError(
             f"option {name}={raw!r} is not valid JSON of the form "
             '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
-        ) from None
+        )
+    below = sorted(f"{topic}-{partition}: {value}" for (topic, partition), value in parsed.items() if value < lowest)
+    if below:
+        meaning = "an offset, or -2 for earliest and -1 for latest" if lowest < 0 else "a timestamp in milliseconds"
+        raise ConfigurationError(f"option {name} has {', '.join(below)}; each value must be {meaning}")
+    return parsed
 
 
 def parse_offsets_spec(options: Mapping[str, str], prefix: str, default: str, allow_group: bool) -> OffsetsSpec:
@@ -68,22 +78,25 @@ def parse_offsets_spec(options: Mapping[str, str], prefix: str, default: str, al
     name = given[0]
     raw = str(options[name.lower()]).strip()
     if name.endswith("OffsetsByTimestamp"):
-        return OffsetsSpec("timestamp", per_partition=_parse_partition_json(name, raw))
+        return OffsetsSpec("timestamp", per_partition=_parse_partition_json(name, raw, 0))
     if name.endswith("Timestamp"):
         return OffsetsSpec("timestamp", timestamp=_parse_timestamp(name, raw))
     keywords = (EARLIEST, LATEST, GROUP) if allow_group else (EARLIEST, LATEST)
     if raw.lower() in keywords:
         return OffsetsSpec(raw.lower())
     if raw.startswith("{"):
-        return OffsetsSpec("offsets", per_partition=_parse_partition_json(name, raw))
+        return OffsetsSpec("offsets", per_partition=_parse_partition_json(name, raw, EARLIEST_OFFSET))
     raise ConfigurationError(f"option {name}={raw!r} is not valid; use {', '.join(keywords)} or a JSON of offsets")
 
 
 def _parse_timestamp(name: str, raw: str) -> int:
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ConfigurationError(f"option {name}={raw!r} must be a timestamp in milliseconds since the epoch") from None
+        value = -1
+    if value < 0:
+        raise ConfigurationError(f"option {name}={raw!r} must be a timestamp in milliseconds since the epoch")
+    return value
 
 
 # ------------------------------------------------------------------------------- subscription
@@ -121,6 +134,8 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
             raise ConfigurationError("option subscribe is empty; give a comma-separated list of topics")
         return Subscription(name, topics=topics)
     if name == "subscribePattern":
+        if not raw:
+            raise ConfigurationError("option subscribePattern is empty; give a regular expression of topic names")
         try:
             return Subscription(name, pattern=re.compile(raw))
         except re.error as error:
@@ -133,11 +148,17 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
 
 def _parse_partition_list(raw: str) -> list[tuple[str, int]]:
     try:
-        return [(str(topic), int(p)) for topic, partitions in json.loads(raw).items() for p in partitions]
+        listed = [(str(topic), p) for topic, partitions in json.loads(raw).items() for p in partitions]
     except (ValueError, AttributeError, TypeError):
+        listed = None
+    if listed is None or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for _, p in listed):
         raise ConfigurationError(
             f'option assign={raw!r} is not valid JSON of the form {{"topicA":[0,1],"topicB":[2,4]}}'
-        ) from None
+        )
+    twice = sorted({f"{topic}-{p}" for topic, p in listed if listed.count((topic, p)) > 1})
+    if twice:
+        raise ConfigurationError(f"option assign names {', '.join(twice)} more than once; list each partition once")
+    return listed
 
 
 def check_source_kafka_params(params: Mapping[str, str]) -> None:
@@ -169,7 +190,6 @@ DEFAULT_MIN_RECORDS_PER_PARTITION = 20_000
 # Where the sink's write-task attempts claim their input (see attempt_fencing): one topic per
 # Kafka cluster serves every pipeline, its records keyed by group.
 DEFAULT_CLAIMS_TOPIC = "eos-kafka-claims"
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True)
@@ -205,7 +225,7 @@ class SourceOptions:
         if starting.kind == GROUP and not group_id:
             raise ConfigurationError("startingOffsets=group needs kafka.group.id: the group whose committed offsets to start from")
         check_group_id(group_id)
-        return cls(
+        parsed = cls(
             bootstrap_servers=bootstrap,
             subscription=parse_subscription(options),
             starting=starting,
@@ -216,20 +236,14 @@ class SourceOptions:
             include_headers=parse_bool(options, "includeHeaders", False),
             group_id=group_id,
             stable_offsets_timeout_ms=parse_positive_int(
-                options, "stableOffsetsTimeoutMs", _default_stable_timeout(params)),
+                options, "stableOffsetsTimeoutMs", _default_stable_timeout(options)),
             kafka=params,
-            claims_topic=_parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
+            claims_topic=parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
             min_records_per_partition=parse_positive_int(options, "minRecordsPerPartition",
                                                          DEFAULT_MIN_RECORDS_PER_PARTITION),
         )
-
-
-def _parse_topic_name(options: Mapping[str, str], name: str, default: str) -> str:
-    value = str(options.get(name.lower(), default)).strip()
-    if not _TOPIC_NAME.fullmatch(value) or value in (".", ".."):
-        raise ConfigurationError(f"option {name}={value!r} is not a valid Kafka topic name: use 1 to 249 of "
-                                 "a-z, A-Z, 0-9, '.', '_' and '-'")
-    return value
+        check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
+        return parsed
 
 
 def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSpec, ending_given: bool) -> None:
@@ -241,6 +255,6 @@ def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSp
         raise ConfigurationError("endingOffsets=earliest would read nothing in a batch query; use latest or offsets")
 
 
-def _default_stable_timeout(params: Mapping[str, str]) -> int:
-    timeout = int(params.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+def _default_stable_timeout(options: Mapping[str, str]) -> int:
+    timeout = parse_positive_int(options, "kafka.transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
     return timeout + STABLE_OFFSETS_MARGIN_MS
