@@ -1,6 +1,7 @@
 """When each check of a streaming query runs. Spark calls a Python data source's streamReader() when
-the query initializes, after start() has returned, and its streamWriter() when the first batch is
-planned (after the source chose the batch's offsets), before any task runs. Checks that need to know
+the query initializes, after start() has returned, and its streamWriter() first when the first batch
+is planned (after the source chose the batch's offsets; then again for every batch), before any task
+runs. Checks that need to know
 the query is a stream, or need the DataFrame's schema, run there: nothing is read, written or
 committed, and the source's mistakes fail before a batch is even planned."""
 from __future__ import annotations

@@ -8,6 +8,7 @@ follow Spark's own Kafka connector wherever one applies, so a query can move bet
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Mapping
 
@@ -20,6 +21,10 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # writer is aborted by the broker after its timeout, so waiting longer than that is pointless.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 STABLE_OFFSETS_MARGIN_MS = 30_000
+
+# How long a query's first request waits for a broker to answer (option connectTimeoutMs, see
+# kafka.cluster): as long as its later requests may take, so that a slow cluster is not called unreachable.
+DEFAULT_CONNECT_TIMEOUT_MS = 30_000
 
 
 def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -77,11 +82,17 @@ def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -
 def check_client_settings(params: Mapping[str, str], role: str) -> None:
     """librdkafka checks its settings' names and values only when a client is made, which would be
     when a batch is planned or in a task: make one now, offline (without bootstrap.servers it
-    connects nowhere), and discard it."""
+    connects nowhere), and discard it. Spark parses the sink's options twice per micro-batch, in
+    workers that live on: each set of settings is checked once per process."""
+    _check_client_settings(tuple(sorted(params.items())), role)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_client_settings(params: tuple[tuple[str, str], ...], role: str) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer
 
     try:
-        client = (Producer if role == "sink" else Consumer)({**params, "group.id": "eos-kafka-settings-check",
+        client = (Producer if role == "sink" else Consumer)({**dict(params), "group.id": "eos-kafka-settings-check",
                                                               "log_level": 0})
     except KafkaException as error:
         raise ConfigurationError(f"a kafka.* option of the eos-kafka {role} is refused by the Kafka client "

@@ -5,15 +5,15 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import ConfigurationError
-from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_client_settings,
-                             check_group_id, check_known, kafka_params, parse_bool, parse_choice, parse_positive_int,
-                             parse_topic_name)
+from ..kafka.options import (DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS,
+                             check_client_settings, check_group_id, check_known, kafka_params, parse_bool, parse_choice,
+                             parse_positive_int, parse_topic_name)
 
 
 # ------------------------------------------------------------------------------- the sink
 
 SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "transactionalIdPer", "checkpointLocation", "path")
+                "transactionalIdPer", "connectTimeoutMs", "checkpointLocation", "path")
 
 # One transactional id per write slot (KIP-447), or per input partition: the older design, where
 # only the partition's own producer may commit its offsets. Kept to measure what KIP-447 saves.
@@ -38,6 +38,7 @@ class SinkOptions:
     transactional_id_per: str
     stable_offsets_timeout_ms: int
     kafka: dict[str, str]
+    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
 
     @property
     def exactly_once(self) -> bool:
@@ -79,4 +80,5 @@ class SinkOptions:
             stable_offsets_timeout_ms=parse_positive_int(options, "stableOffsetsTimeoutMs",
                                                          timeout + STABLE_OFFSETS_MARGIN_MS),
             kafka=params,
+            connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
         )

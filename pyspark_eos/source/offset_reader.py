@@ -14,6 +14,7 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigurationError, KafkaClientError
+from ..kafka.cluster import create_command, list_topics, reachable_admin
 from ..kafka.group_offsets import fetch_stable_committed_offsets
 from ..kafka.retries import with_retries
 from .options import SourceOptions
@@ -33,18 +34,21 @@ class KafkaOffsetReader:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({**self.options.kafka, "bootstrap.servers": self.options.bootstrap_servers})
+            self._admin = reachable_admin(self.options.kafka, self.options.bootstrap_servers,
+                                          self.options.connect_timeout_ms / 1000)
         return self._admin
+
+    def ensure_reachable(self) -> None:
+        """Fail within connectTimeoutMs, saying what to check, when no broker answers: before a
+        request of another client (the group membership's join) waits its own, longer timeout."""
+        _ = self.admin
 
     def topic_partitions(self) -> list[TopicPartitionKey]:
         """The partitions the subscription selects now, sorted; new partitions show up here."""
         subscription = self.options.subscription
         if subscription.kind == "assign":
             return list(subscription.assigned)
-        try:
-            metadata = self.admin.list_topics(timeout=REQUEST_TIMEOUT_S)
-        except KafkaException as error:
-            raise KafkaClientError(f"listing topics at {self.options.bootstrap_servers} failed: {error.args[0]}") from error
+        metadata = list_topics(self.admin, self.options.bootstrap_servers, REQUEST_TIMEOUT_S)
         found = sorted(
             (topic.topic, partition)
             for topic in metadata.topics.values()
@@ -56,7 +60,8 @@ class KafkaOffsetReader:
             if missing:
                 raise ConfigurationError(
                     f"subscribed topic(s) {', '.join(sorted(missing))} do not exist at "
-                    f"{self.options.bootstrap_servers}; create them or fix the subscribe option"
+                    f"{self.options.bootstrap_servers}; create them (e.g. "
+                    f"{create_command(self.options.bootstrap_servers, sorted(missing))}) or fix the subscribe option"
                 )
         return found
 

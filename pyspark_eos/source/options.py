@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..errors import ConfigurationError
-from ..kafka.options import (DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS, check_client_settings,
-                             check_group_id, check_known, kafka_params, parse_bool, parse_choice, parse_positive_int,
-                             parse_topic_name)
+from ..kafka.options import (DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS,
+                             check_client_settings, check_group_id, check_known, kafka_params, parse_bool, parse_choice,
+                             parse_positive_int, parse_topic_name)
 
 # Kafka client settings the source sets itself, with what to use instead.
 _FORBIDDEN_SOURCE_KAFKA_PARAMS = {
@@ -180,7 +180,7 @@ SOURCE_OPTIONS = (
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
     "maxOffsetsPerTrigger", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
-    "claimsTopic",
+    "claimsTopic", "connectTimeoutMs",
 )
 
 # Kafka partitions with fewer records in a batch share a Spark task until it has about this many:
@@ -207,6 +207,7 @@ class SourceOptions:
     kafka: dict[str, str]
     claims_topic: str = DEFAULT_CLAIMS_TOPIC
     min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
+    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
@@ -241,6 +242,7 @@ class SourceOptions:
             claims_topic=parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
             min_records_per_partition=parse_positive_int(options, "minRecordsPerPartition",
                                                          DEFAULT_MIN_RECORDS_PER_PARTITION),
+            connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
         )
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
         return parsed

@@ -67,6 +67,7 @@ class SourcePlanner:
         if self.options.group_id is None:
             return None
         if self._membership is None:
+            self.kafka.ensure_reachable()
             self._membership = self._new_membership().start()
         return self._membership.stamp()
 

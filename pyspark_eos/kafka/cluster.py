@@ -1,0 +1,92 @@
+"""A query's first contact with its Kafka cluster: does any broker answer, does the output topic exist.
+
+librdkafka retries a refused or unanswered connection until the request's own timeout runs out,
+then reports ``_TRANSPORT``, which names neither the address nor what to check. The first request
+of a query is therefore bounded by the ``connectTimeoutMs`` option and its failure says what to
+check. (``kafka.socket.connection.setup.timeout.ms`` bounds one connection attempt, not the
+retries, so it cannot serve as that bound.)
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from ..errors import ConfigurationError, KafkaClientError
+from .retries import error_code
+
+log = logging.getLogger(__name__)
+
+# How a metadata request says that no broker answered: librdkafka's rd_kafka_metadata() gives
+# _TRANSPORT when no broker became usable (connected, API versions exchanged, authenticated) before
+# the deadline, _TIMED_OUT when one did but its answer did not come in time, _ALL_BROKERS_DOWN when
+# every connection failed. Authorization failures and unknown topics are not among them: they come
+# back inside an answer, as errors of its topics.
+UNREACHABLE_CODES = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
+
+
+def unreachable_error(servers: str, timeout_s: float) -> KafkaClientError:
+    return KafkaClientError(
+        f"no Kafka broker answered at {servers} within {timeout_s:g} s (option connectTimeoutMs); check the "
+        "address and port, the broker's advertised listeners, and the TLS/SASL settings (kafka.security.protocol, "
+        "kafka.sasl.mechanism, kafka.ssl.ca.location, ...)"
+    )
+
+
+def list_topics(admin: AdminClient, servers: str, timeout_s: float, topic: str | None = None) -> ClusterMetadata:
+    """Metadata of ``topic`` (None: of every topic); a failure names the request and Kafka's error."""
+    try:
+        return admin.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as error:
+        raise KafkaClientError(f"listing topics at {servers} failed: {error.args[0]}") from error
+
+
+def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str | None = None) -> ClusterMetadata:
+    """``list_topics`` as a query's first request to the cluster: when no broker answers within
+    ``timeout_s``, the error says so and what to check."""
+    try:
+        return list_topics(admin, servers, timeout_s, topic)
+    except KafkaClientError as error:
+        if error_code(error.__cause__) in UNREACHABLE_CODES:
+            raise unreachable_error(servers, timeout_s) from error.__cause__
+        raise
+
+
+def reachable_admin(kafka_params: Mapping[str, str], servers: str, timeout_s: float) -> AdminClient:
+    """An AdminClient whose first request has shown that a broker answers."""
+    admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
+    first_contact(admin, servers, timeout_s)
+    return admin
+
+
+def create_command(servers: str, topics: Iterable[str]) -> str:
+    """How to create topics, for the messages about missing ones."""
+    return "; ".join(f"kafka-topics.sh --bootstrap-server {servers} --create --topic {topic} --partitions <n> "
+                     "--replication-factor <r>" for topic in topics)
+
+
+# The output topics this process has looked up, with the settings used. The driver's Python
+# workers that build the sink's writer (twice per micro-batch) live on between batches, so a
+# query pays for one lookup per worker, not one per batch.
+_checked_topics: set[tuple] = set()
+
+
+def require_output_topic(kafka_params: Mapping[str, str], servers: str, topic: str, timeout_s: float) -> None:
+    """Fail, naming the fix, when the sink's ``topic`` option names a topic that does not exist."""
+    key = (servers, topic, tuple(sorted(kafka_params.items())))
+    if key in _checked_topics:
+        return
+    # With the sink's own settings: the request creates the topic exactly where its producers would
+    # (allow.auto.create.topics, true for producers, and the broker's auto.create.topics.enable).
+    admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
+    found = first_contact(admin, servers, timeout_s, topic).topics.get(topic)
+    error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        raise ConfigurationError(f"the sink's topic {topic!r} does not exist at {servers} (and the brokers do not "
+                                 f"create topics on first use): create it, e.g. {create_command(servers, [topic])}, "
+                                 "or correct the topic option")
+    if error is not None:  # no DESCRIBE, a new topic's leaders not elected yet: the tasks report what lasts
+        log.warning("looking up the sink's topic %r at %s: %s", topic, servers, error)
+    _checked_topics.add(key)

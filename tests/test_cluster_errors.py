@@ -1,0 +1,155 @@
+"""A cluster that does not answer, and an output topic that does not exist.
+
+The first request a query makes to its cluster waits at most ``connectTimeoutMs`` for a broker to
+answer and then fails saying what to check, instead of librdkafka's raw _TRANSPORT after 30 s or
+more. The sink checks its ``topic`` option on the driver, before any task opens a transaction,
+instead of failing each record after librdkafka gives up on the topic's metadata.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from pyspark.errors import StreamingQueryException
+
+from pyspark_eos.errors import ConfigurationError, KafkaClientError
+from pyspark_eos.sink.options import SinkOptions
+from pyspark_eos.source.options import SourceOptions
+from pyspark_eos.testing.embedded_kafka import free_ports
+
+from .kafka_tools import committed_offsets, create_topic, transactional_ids, unique_name
+from .spark_tools import PARTITIONS, Pipeline, run_to_end, source
+
+BOUND_S = 3
+# The bound, plus Spark planning the query in Python workers it may have to start first (over 10 s
+# on a busy machine); below the 30 s that librdkafka's requests took before.
+CEILING_S = BOUND_S + 20
+
+
+@pytest.fixture
+def nowhere() -> str:
+    """An address on this host where nothing listens (connections are refused at once)."""
+    (port,) = free_ports(1)
+    return f"127.0.0.1:{port}"
+
+
+def no_broker_answered(servers: str) -> str:
+    return re.escape(f"no Kafka broker answered at {servers} within {BOUND_S} s")
+
+
+def topic_is_missing(topic: str, servers: str) -> str:
+    return re.escape(f"the sink's topic {topic!r} does not exist at {servers}")
+
+
+def topic_exists(servers: str, topic: str) -> bool:
+    found = AdminClient({"bootstrap.servers": servers}).list_topics(timeout=30).topics
+    return topic in found
+
+
+# ------------------------------------------------------------------------------- the option
+
+def test_connect_timeout_is_an_option_of_the_source_and_the_sink():
+    base = {"kafka.bootstrap.servers": "h:1"}
+    assert SourceOptions.parse({**base, "subscribe": "t"}, streaming=True).connect_timeout_ms == 30_000
+    assert SinkOptions.parse(base).connect_timeout_ms == 30_000
+    assert SourceOptions.parse({**base, "subscribe": "t", "connectTimeoutMs": "2500"}, streaming=True).connect_timeout_ms == 2500
+    assert SinkOptions.parse({**base, "ConnectTimeoutMs": "2500"}).connect_timeout_ms == 2500
+    with pytest.raises(ConfigurationError, match="option connectTimeoutMs='0' must be a positive whole number"):
+        SinkOptions.parse({**base, "connectTimeoutMs": "0"})
+
+
+# ------------------------------------------------------------------------------- an unreachable cluster
+
+def test_the_first_contact_fails_within_the_bound_and_says_what_to_check(nowhere):
+    from pyspark_eos.kafka import cluster
+
+    admin = AdminClient({"bootstrap.servers": nowhere})
+    started = time.monotonic()
+    with pytest.raises(KafkaClientError, match=no_broker_answered(nowhere)) as failure:
+        cluster.first_contact(admin, nowhere, BOUND_S)
+    assert time.monotonic() - started < BOUND_S + 2
+    for what in ("address and port", "advertised listeners", "kafka.security.protocol", "connectTimeoutMs"):
+        assert what in str(failure.value)
+
+
+SOURCES = {
+    "batch, subscribe": (False, {"subscribe": "in"}),
+    "batch, assign": (False, {"assign": '{"in":[0]}'}),
+    "stream, subscribe": (True, {"subscribe": "in"}),
+    "stream, in a consumer group": (True, {"subscribe": "in", "kafka.group.id": "g"}),
+}
+
+
+@pytest.mark.parametrize("case", SOURCES)
+def test_a_source_on_an_unreachable_cluster_fails_within_the_bound(spark, nowhere, tmp_path, case):
+    streaming, options = SOURCES[case]
+    reader = (spark.readStream if streaming else spark.read).format("eos-kafka")
+    for key, value in {"kafka.bootstrap.servers": nowhere, "connectTimeoutMs": BOUND_S * 1000, **options}.items():
+        reader = reader.option(key, str(value))
+    frame = reader.load()
+    started = time.monotonic()
+    with pytest.raises(Exception, match=no_broker_answered(nowhere)):
+        if streaming:
+            query = frame.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
+            try:
+                query.awaitTermination(120)
+            finally:
+                query.stop()
+        else:
+            frame.collect()
+    assert time.monotonic() - started < CEILING_S
+
+
+def test_a_sink_on_an_unreachable_cluster_fails_within_the_bound(spark, kafka, nowhere, tmp_path):
+    pipeline = Pipeline(kafka, tmp_path, rounds=1)
+    frame = source(spark, kafka.bootstrap_servers, pipeline.input, startingOffsets="earliest")
+    writer = (frame.select("key", "value").writeStream.format("eos-kafka").option("kafka.bootstrap.servers", nowhere)
+              .option("topic", "out").option("connectTimeoutMs", str(BOUND_S * 1000)))
+    started = time.monotonic()
+    with pytest.raises(StreamingQueryException, match=no_broker_answered(nowhere)):
+        run_to_end(writer, pipeline.checkpoint, timeout=120)
+    assert time.monotonic() - started < CEILING_S
+
+
+# ------------------------------------------------------------------------------- an output topic that does not exist
+
+def test_a_stream_to_a_topic_that_does_not_exist_fails_before_any_task_writes(spark, kafka, tmp_path):
+    pipeline = Pipeline(kafka, tmp_path, rounds=1)
+    pipeline.output = unique_name("missing")
+    prefix = f"eos-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    with pytest.raises(StreamingQueryException, match=topic_is_missing(pipeline.output, pipeline.bootstrap)) as failure:
+        pipeline.run(spark, sink_options={"transactionalIdPrefix": prefix})
+    assert time.monotonic() - started < CEILING_S
+    assert f"kafka-topics.sh --bootstrap-server {pipeline.bootstrap} --create --topic {pipeline.output} --partitions" \
+        in str(failure.value)
+    assert transactional_ids(pipeline.bootstrap, prefix) == set(), "a write task ran"
+    assert set(committed_offsets(pipeline.bootstrap, pipeline.group, pipeline.input, PARTITIONS).values()) == {-1001}
+    assert not topic_exists(pipeline.bootstrap, pipeline.output)
+
+
+def test_a_batch_write_to_a_topic_that_does_not_exist_fails_naming_it(spark, kafka):
+    topic = unique_name("missing")
+    frame = spark.createDataFrame([("v",)], "value string")
+    started = time.monotonic()
+    with pytest.raises(Exception, match=topic_is_missing(topic, kafka.bootstrap_servers)):
+        (frame.write.format("eos-kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+         .option("topic", topic).mode("append").save())
+    assert time.monotonic() - started < CEILING_S
+    assert not topic_exists(kafka.bootstrap_servers, topic)
+
+
+def test_a_topic_is_looked_up_once_per_process(kafka, monkeypatch):
+    from pyspark_eos.kafka import cluster
+
+    made = []
+    monkeypatch.setattr(cluster, "AdminClient", lambda config: made.append(config) or AdminClient(config))
+    topic = create_topic(kafka.bootstrap_servers, unique_name("exists"))
+    for _ in range(3):
+        cluster.require_output_topic({}, kafka.bootstrap_servers, topic, 30)
+    assert len(made) == 1
+    with pytest.raises(ConfigurationError, match=topic_is_missing("nope", kafka.bootstrap_servers)):
+        cluster.require_output_topic({}, kafka.bootstrap_servers, "nope", 30)
