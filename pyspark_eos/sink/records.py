@@ -24,6 +24,9 @@ class KafkaRecord(NamedTuple):
     headers: list[tuple[str, bytes | None]] | None
 
 
+# A record as failures describe it: (size in bytes, topic, partition or None).
+SizedRecord = tuple[int, str, int | None]
+
 # librdkafka's "any partition" (RD_KAFKA_PARTITION_UA): the producer's partitioner chooses.
 ANY_PARTITION = -1
 _ROWS_PER_CHUNK = 10_000
@@ -48,6 +51,33 @@ class RecordColumns(NamedTuple):
             ANY_PARTITION if p is None else p for p in self.partitions)
         headers = repeat(None) if self.headers is None else self.headers
         return zip(topics, self.values, keys, partitions, headers)
+
+    def topic_names(self) -> Iterable[str]:
+        """The batch's distinct topics: one pass in C, small beside producing the batch."""
+        return (self.topics,) if isinstance(self.topics, str) else set(self.topics)
+
+    def largest(self) -> SizedRecord | None:
+        """(size, topic, partition or None) of the batch's largest record; a Python pass over the
+        batch, for explaining a failure only."""
+        sized = ((record_size(value, key, headers), topic, None if partition == ANY_PARTITION else partition)
+                 for topic, value, key, partition, headers in self.rows())
+        return max(sized, key=lambda record: record[0], default=None)
+
+
+def record_size(value, key, headers) -> int:
+    """Bytes of a record's value, key and headers, as Kafka's size limits count them (they add
+    some framing to that)."""
+    size = _byte_length(value) + _byte_length(key)
+    for name, header_value in headers or ():
+        size += _byte_length(name) + _byte_length(header_value)
+    return size
+
+
+def _byte_length(data) -> int:
+    # librdkafka's client sends str as UTF-8.
+    if data is None:
+        return 0
+    return len(data.encode("utf-8")) if isinstance(data, str) else len(data)
 
 
 _BYTES_OR_STRING = (BinaryType(), StringType())
@@ -112,6 +142,15 @@ def _checked_topics(topics: list | str | None) -> list | str:
     return topics
 
 
+def _checked_partitions(partitions: list | None) -> list | None:
+    # librdkafka reads partition -1 as "any partition": a negative value would be silently ignored.
+    lowest = 0 if partitions is None else min((p for p in partitions if p is not None), default=0)
+    if lowest < 0:
+        raise ConfigurationError(f"a row has partition {lowest}; partitions are numbered from 0 (leave 'partition' "
+                                 "null to let the producer choose one)")
+    return partitions
+
+
 def columns_from_arrow(batches: Iterable, topic_option: str | None) -> Iterator[RecordColumns]:
     """Record columns from pyarrow RecordBatches (the Arrow writers of PySpark 4.1+). Strings stay
     str: librdkafka's client encodes them as UTF-8, as Spark's Kafka sink does."""
@@ -125,8 +164,8 @@ def columns_from_arrow(batches: Iterable, topic_option: str | None) -> Iterator[
         if headers is not None:
             headers = [_headers(value) for value in headers]
             headers = headers if any(headers) else None
-        yield RecordColumns(_checked_topics(topic_option or column("topic")), column("partition"), column("key"),
-                            column("value"), headers)
+        yield RecordColumns(_checked_topics(topic_option or column("topic")), _checked_partitions(column("partition")),
+                            column("key"), column("value"), headers)
 
 
 def columns_from_records(records: Iterable[KafkaRecord]) -> Iterator[RecordColumns]:
@@ -134,7 +173,7 @@ def columns_from_records(records: Iterable[KafkaRecord]) -> Iterator[RecordColum
     records = iter(records)
     while chunk := list(islice(records, _ROWS_PER_CHUNK)):
         topics, partitions, keys, values, headers = (list(column) for column in zip(*chunk))
-        yield RecordColumns(_checked_topics(topics), partitions, keys, values,
+        yield RecordColumns(_checked_topics(topics), _checked_partitions(partitions), keys, values,
                             headers if any(headers) else None)
 
 

@@ -5,7 +5,8 @@ for this attempt (refusing if a newer attempt has, fencing older ones: attempt_f
 what the group has committed, check ownership, decide commit or replay -> send the ranges' end
 offsets with the plan's group metadata -> commit -> release the claim. Any failure aborts the
 transaction, so none of the task's records become visible, and the error names the batch, task,
-partitions and transactional id.
+partitions and transactional id, and what Kafka refused: a record too large (and which limit), a
+topic that does not exist.
 """
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from pyspark.sql.datasource import WriterCommitMessage
 from . import fault_hooks as faults
 from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
-from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
+from ..errors import ConfigurationError
 from ..kafka.group_offsets import fetch_stable_commits
 from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for
 from .provenance import collect, release
-from .records import RecordColumns
+from .records import RecordColumns, record_size
+from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
 from .transactional_id_factory import lease_input_partition, lease_slot
 
 log = logging.getLogger(__name__)
@@ -68,23 +70,6 @@ class EosKafkaCommitMessage(WriterCommitMessage):
     input_ranges: str
 
 
-class _DeliveryErrors:
-    """Keeps the first failed delivery of the running task: it explains an abortable commit failure
-    better than the commit's own error (e.g. a record too large for the topic). The producers
-    report failed deliveries only, to ``producer_pool.delivery_failures``."""
-
-    def __init__(self):
-        self.first: str | None = None
-
-    def __call__(self, error, message) -> None:
-        # Records purged by our own abort are not a cause, they are its consequence.
-        if error is not None and error.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
-            return
-        if error is not None and self.first is None:
-            size = len(message.value() or b"") + len(message.key() or b"")
-            self.first = f"a record of {size} bytes to {message.topic()}-{message.partition()} was refused: {error.str()}"
-
-
 def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
     freeze_long_lived_objects()
     if options.transactional_id_per == ID_PER_PARTITION:
@@ -114,14 +99,14 @@ def _write_with_partition_id(records: Iterator[RecordColumns], options: SinkOpti
 def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worker: WorkerProducer,
                    only_input=None) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
-    delivery = delivery_failures.current = _DeliveryErrors()
+    delivery = delivery_failures.current = DeliveryErrors()
     files: list = []
     plan: CommitPlan | None = None
     claim: AttemptClaim | None = None
     try:
         worker.producer.begin_transaction()
         faults.stall_point(faults.STALL_BEFORE_PRODUCE)
-        count = _produce(worker, records, delivery)
+        count = _produce(worker, records, delivery, options)
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
         plan = _input_plan(provenance, options, count)
@@ -135,7 +120,8 @@ def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worke
     except Exception as error:
         if _abort(worker, options, error) and claim is not None:
             claim.release()
-        raise _explain(error, task, worker, delivery, plan) from error
+        worker.producer.poll(0)  # serve the reports of refused and purged records: they explain the failure
+        raise explain(error, _where(task, worker, plan), task.batch_id is not None, delivery, options) from error
     finally:
         release(files)  # a retried task is a new attempt: it hands its own ranges over
     if claim is not None:
@@ -147,15 +133,22 @@ def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worke
     return message
 
 
-def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery: _DeliveryErrors) -> int:
+def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery: DeliveryErrors,
+             options: SinkOptions) -> int:
     producer = worker.producer
+    topics = TopicCheck(options, producer)
     count = 0
     for columns in batches:
+        topics.require(columns.topic_names())
         for topic, value, key, partition, headers in columns.rows():
             try:
                 producer.produce(topic, value, key, partition, headers=headers)
             except BufferError:  # the local queue is full: let deliveries drain it, then try again
                 _produce_when_queue_has_room(producer, topic, value, key, partition, headers)
+            except KafkaException as error:
+                delivery.unsent = columns
+                explain_local_refusal(error, options, topic, record_size(value, key, headers), partition)
+                raise
             count += 1
             if count == 1:
                 faults.stall_point(faults.STALL_MID_PRODUCE)
@@ -198,7 +191,7 @@ def _claim(options: SinkOptions, plan: CommitPlan, task: TaskInfo, worker: Worke
 
 
 def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
-            count: int, delivery: _DeliveryErrors) -> str:
+            count: int, delivery: DeliveryErrors) -> str:
     producer = worker.producer
     if plan is not None:
         committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
@@ -245,16 +238,6 @@ def _is_fatal(error: Exception) -> bool:
     return isinstance(kafka_error, KafkaError) and kafka_error.fatal()
 
 
-def _explain(error: Exception, task: TaskInfo, worker: WorkerProducer, delivery: _DeliveryErrors,
-             plan: CommitPlan | None) -> Exception:
+def _where(task: TaskInfo, worker: WorkerProducer, plan: CommitPlan | None) -> str:
     where = f"{task.describe()}, transactional id {worker.transactional_id!r}"
-    if plan is not None:
-        where += f", input {plan.describe()}"
-    if isinstance(error, KafkaException):
-        cause = delivery.first or error.args[0].str()
-    else:
-        cause = str(error)
-    text = f"{where}: {cause}. The transaction was aborted: none of this task's records are visible"
-    if isinstance(error, EosKafkaError):
-        return type(error)(text)
-    return TransactionFailedError(text)
+    return where + (f", input {plan.describe()}" if plan is not None else "")

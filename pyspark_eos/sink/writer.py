@@ -36,6 +36,22 @@ def _summary(messages) -> str:
     return f"{len(done)} task(s): {dict(outcomes)}; {records} record(s) committed"
 
 
+def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
+    """What a failed batch leaves visible. Each task commits its own transaction, so the tasks that
+    finished before another one failed stay committed; Spark gives a failed task no message."""
+    committed = [m for m in messages if m is not None and m.outcome == "committed"]
+    records = sum(m.records for m in committed)
+    failed = sum(m is None for m in messages)
+    text = (f"{failed} of {len(messages)} task(s) failed or did not finish; "
+            f"{len(committed)} task(s) had already committed {records} record(s)")
+    if options.exactly_once:
+        text += f" with their input offsets: those records stay visible, and {rerun} will not write them again"
+    else:
+        text += (f": those records stay visible, and {rerun} writes them again (without kafka.group.id the "
+                 "sink commits no input offsets)")
+    return f"{text} ({_summary(messages)})"
+
+
 class EosKafkaStreamWriter(_StreamBase):
     def __init__(self, options: SinkOptions):
         self.options = options
@@ -48,9 +64,7 @@ class EosKafkaStreamWriter(_StreamBase):
         faults.crash_point(faults.DRIVER_AFTER_KAFKA_COMMIT)
 
     def abort(self, messages, batchId) -> None:
-        # Every task aborts its own transaction on failure; committed tasks stay committed and a
-        # replay of this batch skips them (their input offsets are already committed).
-        log.warning("batch %s failed: %s", batchId, _summary(messages))
+        log.warning("batch %s failed: %s", batchId, _failure_summary(messages, self.options, "a replay of this batch"))
 
 
 class EosKafkaBatchWriter(_BatchBase):
@@ -64,4 +78,4 @@ class EosKafkaBatchWriter(_BatchBase):
         log.info("write finished: %s", _summary(messages))
 
     def abort(self, messages) -> None:
-        log.warning("write failed: %s", _summary(messages))
+        log.warning("write failed: %s", _failure_summary(messages, self.options, "a rerun of this write"))

@@ -1,0 +1,229 @@
+"""What a failed write task says: which record Kafka refused and why (a record too large, and which
+limit; a topic that does not exist), and what the other tasks of its batch left visible.
+
+librdkafka reports refused records to delivery callbacks and refuses a produce request (many
+records) whole, so the record a report names is any of them; the explanations here are built on
+the failure path only, never per record.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import ConfigResource, ConfigSource
+
+from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
+from ..kafka.cluster import create_command
+from .options import SinkOptions
+from .producer_pool import admin_for
+from .records import RecordColumns, SizedRecord, record_size
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_TIMEOUT_S = 10.0
+# librdkafka's default message.max.bytes: the producer refuses a larger record itself.
+PRODUCER_MESSAGE_MAX_BYTES = 1_000_000
+# At most what a record batch adds to one record's key, value and headers (its header, varints).
+_BATCH_FRAMING_BYTES = 100
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+_UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+METADATA_TIMEOUT_S = 10.0
+# A topic created a moment ago may not have reached the broker that answers yet, which then calls
+# it unknown: librdkafka allows for that by holding records to an unknown topic for
+# topic.metadata.propagation.max.ms (30 s by default) before failing them. Seconds are enough
+# for a new topic to reach every broker, so the sink asks again for this long, not 30 s.
+TOPIC_PROPAGATION_GRACE_S = 5.0
+_TOPIC_RECHECK_INTERVAL_S = 0.5
+
+# Topics this worker has seen the cluster hold, per sink configuration: each is looked up once.
+_existing_topics: dict[tuple, set[str]] = {}
+
+
+class TopicCheck:
+    """Fails a task at once, naming the topic, when its records are addressed to a topic that does
+    not exist, rather than after librdkafka's topic.metadata.propagation.max.ms. A topic that
+    exists costs one metadata request per worker; after that a set lookup per batch."""
+
+    def __init__(self, options: SinkOptions, producer: Producer):
+        self.known = _existing_topics.setdefault((options.bootstrap_servers, tuple(sorted(options.kafka.items()))), set())
+        self.producer = producer
+        self.bootstrap_servers = options.bootstrap_servers
+
+    def require(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name not in self.known:
+                self._look_up(name)
+
+    def _look_up(self, topic: str) -> None:
+        deadline = time.monotonic() + TOPIC_PROPAGATION_GRACE_S
+        while _unknown_to_the_cluster(self.producer, topic):
+            if time.monotonic() > deadline:
+                raise ConfigurationError(missing_topic(topic, self.bootstrap_servers))
+            time.sleep(_TOPIC_RECHECK_INTERVAL_S)
+        self.known.add(topic)
+
+
+def _unknown_to_the_cluster(producer: Producer, topic: str) -> bool:
+    # The producer's own metadata request, so that a cluster that creates topics on first use
+    # creates this one now, as producing would. Any other answer (no DESCRIBE permission, no
+    # answer at all) is left to producing, which reports it.
+    try:
+        found = producer.list_topics(topic=topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+    except KafkaException:
+        return False
+    return found is not None and found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def missing_partition(topic: str, partition: int) -> str:
+    return (f"a record is addressed to partition {partition} of topic {topic!r}, which has no such partition: "
+            "correct the 'partition' column (null lets the producer choose), or add partitions to the topic "
+            "(kafka-topics.sh --alter --partitions)")
+
+
+def missing_topic(topic: str, bootstrap_servers: str) -> str:
+    return (f"records are addressed to topic {topic!r}, which does not exist at {bootstrap_servers} (and the "
+            f"brokers do not create topics on first use): create it, e.g. {create_command(bootstrap_servers, [topic])}, "
+            "or correct the 'topic' column or option that names it")
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    error: KafkaError
+    size: int
+    topic: str
+    partition: int | None
+
+
+class DeliveryErrors:
+    """What happened to the running task's records that Kafka did not take: they explain an
+    abortable commit failure better than the commit's own error. The producers report failed
+    deliveries only, to ``producer_pool.delivery_failures``. The broker refuses a produce request
+    (many records) whole, so the first refused record is any of them: the largest one is kept too."""
+
+    def __init__(self):
+        self.first: _Refusal | None = None
+        self.largest: SizedRecord | None = None
+        self.unsent: RecordColumns | None = None  # the batch that produce() stopped in
+
+    def __call__(self, error, message) -> None:
+        if error is None:
+            return
+        record = (record_size(message.value(), message.key(), message.headers()), message.topic(), message.partition())
+        self.largest = max(self.largest or record, record, key=_size)
+        # Records purged by our own abort are not a cause, they are its consequence.
+        if self.first is None and error.code() not in _PURGED:
+            self.first = _Refusal(error, *record)
+
+    def largest_record(self) -> SizedRecord | None:
+        """The largest record this task handed to the producer, or was about to."""
+        known = [r for r in (self.largest, self.unsent.largest() if self.unsent else None) if r is not None]
+        return max(known, key=_size, default=None)
+
+
+def _size(record: SizedRecord) -> int:
+    return record[0]
+
+
+def explain_local_refusal(error: KafkaException, options: SinkOptions, topic: str, size: int,
+                           partition: int) -> None:
+    """Raise what produce() refused, explained, when it is about the record itself."""
+    code = error.args[0].code()
+    if code == KafkaError.MSG_SIZE_TOO_LARGE:  # librdkafka checks its own limit before queueing
+        raise TransactionFailedError(
+            f"a record of {size} bytes (value, key and headers) to {_where(topic, partition)} is larger than the "
+            f"producer takes: its message.max.bytes is {_producer_limit(options)} bytes, framing included. "
+            "Raise the sink's kafka.message.max.bytes (and the topic's max.message.bytes, which the broker "
+            "enforces), or make the records smaller") from error
+    if code in _UNKNOWN_TOPIC:
+        raise ConfigurationError(missing_topic(topic, options.bootstrap_servers)) from error
+    if code == KafkaError._UNKNOWN_PARTITION:
+        raise ConfigurationError(missing_partition(topic, partition)) from error
+
+
+def _producer_limit(options: SinkOptions) -> int:
+    return int(options.kafka.get("message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES))
+
+
+def _where(topic: str, partition: int | None) -> str:
+    return topic if partition is None or partition < 0 else f"{topic}-{partition}"
+
+
+def explain(error: Exception, where: str, streaming: bool, delivery: DeliveryErrors,
+            options: SinkOptions) -> Exception:
+    """The error a failed task raises: ``where`` (task, transactional id, input), the cause, and
+    what the batch's other tasks left visible."""
+    if isinstance(error, KafkaException):
+        kind, cause = _kafka_cause(error, delivery, options)
+    else:
+        kind, cause = type(error) if isinstance(error, EosKafkaError) else TransactionFailedError, str(error)
+    return kind(f"{where}: {cause}. The transaction was aborted: none of this task's records are visible. "
+                f"{_other_tasks(streaming, options)}")
+
+
+def _kafka_cause(error: KafkaException, delivery: DeliveryErrors, options: SinkOptions) -> tuple[type, str]:
+    refused = delivery.first
+    if refused is None:
+        return TransactionFailedError, error.args[0].str()
+    if refused.error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        largest = delivery.largest_record() or (refused.size, refused.topic, refused.partition)
+        return TransactionFailedError, _too_large_for_topic(refused, largest, options)
+    if refused.error.code() in _UNKNOWN_TOPIC:
+        return ConfigurationError, missing_topic(refused.topic, options.bootstrap_servers)
+    if refused.error.code() == KafkaError._UNKNOWN_PARTITION:
+        return ConfigurationError, missing_partition(refused.topic, refused.partition)
+    return TransactionFailedError, (f"a record of {refused.size} bytes to {_where(refused.topic, refused.partition)} "
+                                    f"was refused: {refused.error.str()}")
+
+
+def _too_large_for_topic(refused: _Refusal, largest: SizedRecord, options: SinkOptions) -> str:
+    # The broker checks a whole record batch against the limit, not each record.
+    size, topic, partition = largest
+    limit = _topic_size_limit(options, refused.topic)
+    text = (f"Kafka refused records to {_where(refused.topic, refused.partition)} as too large (MSG_SIZE_TOO_LARGE): "
+            f"{_limit_text(refused.topic, limit)}, and the largest of this task's records so far was {size} bytes "
+            f"(value, key and headers), to {_where(topic, partition)}")
+    raise_limit = (f"raise the topic's limit (kafka-configs.sh --bootstrap-server {options.bootstrap_servers} --alter "
+                   f"--entity-type topics --entity-name {refused.topic} --add-config max.message.bytes=<bytes>; "
+                   f"above {_producer_limit(options)} bytes raise the sink's kafka.message.max.bytes too)")
+    if limit is not None and size + _BATCH_FRAMING_BYTES <= limit[0]:
+        return (f"{text}: no record is too large alone, but librdkafka batches records and the broker refuses a "
+                f"batch above the limit whole. Set the sink's kafka.batch.size below the limit, or {raise_limit}")
+    return f"{text}. Make the records smaller, or {raise_limit}"
+
+
+def _limit_text(topic: str, limit: tuple[int, bool] | None) -> str:
+    if limit is None:
+        return (f"a record batch exceeded topic {topic}'s max.message.bytes (or the broker's message.max.bytes, "
+                "which applies when the topic does not set it)")
+    limit_bytes, own = limit
+    whose = "its max.message.bytes" if own else "the broker's message.max.bytes; the topic sets no max.message.bytes"
+    return f"topic {topic} takes record batches of up to {limit_bytes} bytes ({whose})"
+
+
+def _topic_size_limit(options: SinkOptions, topic: str) -> tuple[int, bool] | None:
+    """The topic's max.message.bytes and whether the topic sets it (else it is the broker's
+    message.max.bytes), or None when the cluster does not tell (e.g. no DESCRIBE_CONFIGS)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        futures = admin_for(options).describe_configs([resource], request_timeout=DESCRIBE_TIMEOUT_S)
+        entry = next(iter(futures.values())).result(timeout=DESCRIBE_TIMEOUT_S)["max.message.bytes"]
+        return int(entry.value), entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    except Exception as error:  # only an explanation is lost: the task fails with what Kafka said
+        log.info("could not read max.message.bytes of topic %s: %s", topic, error)
+        return None
+
+
+def _other_tasks(streaming: bool, options: SinkOptions) -> str:
+    # One transaction per task, not per batch: the tasks that finished first stay committed.
+    unit = "batch" if streaming else "write"
+    if options.exactly_once:
+        again = "a replay of the batch" if streaming else "a rerun from the group's offsets"
+        return (f"Other tasks of this {unit} may already have committed: their records stay visible, and {again} "
+                "will not write them again (their input offsets are committed with them)")
+    return (f"Other tasks of this {unit} may already have committed: their records stay visible, and writing the "
+            "same input again writes them again (without kafka.group.id the sink commits no input offsets)")
