@@ -66,12 +66,12 @@ def _sink_options(options, schema: StructType) -> SinkOptions:
     require_confluent_kafka()
     parsed = SinkOptions.parse(options)
     check_sink_schema(schema, parsed.topic)
-    if parsed.topic is not None:
-        # Here, on the driver, a missing topic fails the batch before any task opens a transaction.
-        # Spark builds the writer again for every micro-batch: the lookup is made once per process.
-        from .kafka.cluster import require_output_topic
+    # Here, on the driver, an unreachable cluster or a missing topic fails the batch before any task
+    # opens a transaction. Spark builds the writer again for every micro-batch: the lookup is made
+    # once per process.
+    from .kafka.cluster import check_output
 
-        require_output_topic(parsed.kafka, parsed.bootstrap_servers, parsed.topic, parsed.connect_timeout_ms / 1000)
+    check_output(parsed.kafka, parsed.bootstrap_servers, parsed.topic, parsed.connect_timeout_ms / 1000)
     return parsed
 
 

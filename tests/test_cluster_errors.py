@@ -14,6 +14,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
 
 from pyspark_eos.errors import ConfigurationError, KafkaClientError
 from pyspark_eos.sink.options import SinkOptions
@@ -103,11 +104,14 @@ def test_a_source_on_an_unreachable_cluster_fails_within_the_bound(spark, nowher
     assert time.monotonic() - started < CEILING_S
 
 
-def test_a_sink_on_an_unreachable_cluster_fails_within_the_bound(spark, kafka, nowhere, tmp_path):
+@pytest.mark.parametrize("topic_option", [True, False], ids=["topic option", "topic column"])
+def test_a_sink_on_an_unreachable_cluster_fails_within_the_bound(spark, kafka, nowhere, tmp_path, topic_option):
     pipeline = Pipeline(kafka, tmp_path, rounds=1)
     frame = source(spark, kafka.bootstrap_servers, pipeline.input, startingOffsets="earliest")
-    writer = (frame.select("key", "value").writeStream.format("eos-kafka").option("kafka.bootstrap.servers", nowhere)
-              .option("topic", "out").option("connectTimeoutMs", str(BOUND_S * 1000)))
+    frame = frame.select("key", "value") if topic_option else frame.select("key", "value", F.lit("out").alias("topic"))
+    writer = (frame.writeStream.format("eos-kafka").option("kafka.bootstrap.servers", nowhere)
+              .option("connectTimeoutMs", str(BOUND_S * 1000)))
+    writer = writer.option("topic", "out") if topic_option else writer
     started = time.monotonic()
     with pytest.raises(StreamingQueryException, match=no_broker_answered(nowhere)):
         run_to_end(writer, pipeline.checkpoint, timeout=120)
@@ -149,7 +153,7 @@ def test_a_topic_is_looked_up_once_per_process(kafka, monkeypatch):
     monkeypatch.setattr(cluster, "AdminClient", lambda config: made.append(config) or AdminClient(config))
     topic = create_topic(kafka.bootstrap_servers, unique_name("exists"))
     for _ in range(3):
-        cluster.require_output_topic({}, kafka.bootstrap_servers, topic, 30)
+        cluster.check_output({}, kafka.bootstrap_servers, topic, 30)
     assert len(made) == 1
     with pytest.raises(ConfigurationError, match=topic_is_missing("nope", kafka.bootstrap_servers)):
-        cluster.require_output_topic({}, kafka.bootstrap_servers, "nope", 30)
+        cluster.check_output({}, kafka.bootstrap_servers, "nope", 30)

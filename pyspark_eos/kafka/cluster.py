@@ -67,21 +67,29 @@ def create_command(servers: str, topics: Iterable[str]) -> str:
                      "--replication-factor <r>" for topic in topics)
 
 
-# The output topics this process has looked up, with the settings used. The driver's Python
-# workers that build the sink's writer (twice per micro-batch) live on between batches, so a
+# The clusters and output topics this process has looked up, with the settings used. The driver's
+# Python workers that build the sink's writer (twice per micro-batch) live on between batches, so a
 # query pays for one lookup per worker, not one per batch.
-_checked_topics: set[tuple] = set()
+_checked_outputs: set[tuple] = set()
 
 
-def require_output_topic(kafka_params: Mapping[str, str], servers: str, topic: str, timeout_s: float) -> None:
-    """Fail, naming the fix, when the sink's ``topic`` option names a topic that does not exist."""
+def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | None, timeout_s: float) -> None:
+    """Fail, naming the fix, when no broker answers at ``servers`` or the sink's ``topic`` option
+    names a topic that does not exist (None: records name their topics; only the cluster is checked)."""
     key = (servers, topic, tuple(sorted(kafka_params.items())))
-    if key in _checked_topics:
+    if key in _checked_outputs:
         return
     # With the sink's own settings: the request creates the topic exactly where its producers would
     # (allow.auto.create.topics, true for producers, and the broker's auto.create.topics.enable).
     admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
-    found = first_contact(admin, servers, timeout_s, topic).topics.get(topic)
+    metadata = first_contact(admin, servers, timeout_s, topic)
+    if topic is not None:
+        _require_topic(metadata, servers, topic)
+    _checked_outputs.add(key)
+
+
+def _require_topic(metadata: ClusterMetadata, servers: str, topic: str) -> None:
+    found = metadata.topics.get(topic)
     error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
     if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
         raise ConfigurationError(f"the sink's topic {topic!r} does not exist at {servers} (and the brokers do not "
@@ -89,4 +97,3 @@ def require_output_topic(kafka_params: Mapping[str, str], servers: str, topic: s
                                  "or correct the topic option")
     if error is not None:  # no DESCRIBE, a new topic's leaders not elected yet: the tasks report what lasts
         log.warning("looking up the sink's topic %r at %s: %s", topic, servers, error)
-    _checked_topics.add(key)
