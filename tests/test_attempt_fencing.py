@@ -120,3 +120,19 @@ def _group_metadata(ground):
     from confluent_kafka import Consumer
 
     return Consumer({"bootstrap.servers": ground.bootstrap, "group.id": ground.group}).consumer_group_metadata()
+
+
+def test_a_cluster_that_auto_creates_topics_still_gets_the_claims_topic_the_protocol_needs(tmp_path):
+    from confluent_kafka.admin import ConfigResource
+
+    from pyspark_eos.sink.attempt_fencing import CLAIMS_RETENTION_MS, ensure_claims_topic
+    from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+
+    overrides = {"auto.create.topics.enable": "true", "num.partitions": "3"}
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path / "kafka", overrides=overrides) as cluster:
+        topic = unique_name("claims")
+        ensure_claims_topic(cluster.bootstrap_servers, {}, topic)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        assert len(admin.list_topics(topic, timeout=30).topics[topic].partitions) == 1
+        (configs,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+        assert configs.result(30)["retention.ms"].value == str(CLAIMS_RETENTION_MS)

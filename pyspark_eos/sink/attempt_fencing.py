@@ -123,7 +123,11 @@ class ClaimsLog:
 
 
 def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str) -> None:
-    admin = AdminClient({**kafka_params, "bootstrap.servers": bootstrap_servers})
+    # librdkafka's AdminClient is a producer, and a producer's metadata request asks the broker to
+    # create a topic it does not have (allow.auto.create.topics): on a cluster that auto-creates,
+    # the lookup would make the claims topic with the broker's defaults (replication 1, perhaps
+    # several partitions) before create_topics below could make it as the protocol needs.
+    admin = AdminClient({**kafka_params, "bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": "false"})
     metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
     if topic in metadata.topics and metadata.topics[topic].error is None:
         return
