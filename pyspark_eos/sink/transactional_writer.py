@@ -72,6 +72,11 @@ class EosKafkaCommitMessage(WriterCommitMessage):
 
 def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
     freeze_long_lived_objects()
+    if options.exactly_once:
+        # An idempotent producer's first record waits some 500 ms for its producer id (librdkafka
+        # asks again on a 500 ms timer when no broker connection is up yet): made now, the claims
+        # producer gets its id while the transactional producer initializes and the input is read.
+        fencing_clients_for(options).producer()
     if options.transactional_id_per == ID_PER_PARTITION:
         return _write_with_partition_id(iter(records), options)
     return _write_in_leased_slot(records, options)

@@ -116,14 +116,21 @@ def _start_offset(consumer: Consumer, offset_range: OffsetRange, settings: Reade
     return low
 
 
+def _next_messages(consumer: Consumer, most: int) -> list:
+    """What the consumer has fetched, up to ``most``; else wait up to 100 ms for the next message.
+
+    consume(n, timeout) returns only when n messages arrived or the timeout passed, and a range
+    rarely holds exactly n records (markers and aborted records take offsets too): every read
+    would idle for a whole timeout, a fixed cost on each task of each micro-batch."""
+    return consumer.consume(num_messages=most, timeout=0) or consumer.consume(num_messages=1, timeout=0.1)
+
+
 def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     columns = _Columns(settings.include_headers)
     positions = {key: starts[key] for key in ranges}
     last_progress = time.monotonic()
     while unfinished := [key for key, position in positions.items() if position < ranges[key].end]:
-        # consume() waits for its whole timeout unless num_messages arrive, so keep it short: the
-        # last call of every range would otherwise idle for the full timeout.
-        messages = consumer.consume(num_messages=min(settings.batch_records, 10_000), timeout=0.1)
+        messages = _next_messages(consumer, max(1, min(settings.batch_records - len(columns), 10_000)))
         before = sum(positions[key] for key in unfinished)
         for message in messages:
             key = (message.topic(), message.partition())
