@@ -82,3 +82,15 @@ def test_commit_plan_needs_provenance_and_one_group():
     twice = [Provenance((OffsetRange("t", 0, 0, 1),), STAMP)] * 2
     with pytest.raises(ConfigurationError, match="more than once"):
         commit_plan(twice, "g")
+
+
+def test_kafka_settings_are_judged_as_for_the_sinks_transactional_producer(caplog):
+    base = {"kafka.bootstrap.servers": "h:1", "topic": "t"}
+    # Valid only with idempotence, which a transactional producer has.
+    assert SinkOptions.parse({**base, "kafka.enable.gapless.guarantee": "true"}).kafka
+    with pytest.raises(ConfigurationError, match="queuing.strategy"):  # refused by a transactional producer
+        SinkOptions.parse({**base, "kafka.queuing.strategy": "lifo"})
+    # A certificate shipped to the executors only: the driver cannot judge it and says so.
+    options = SinkOptions.parse({**base, "kafka.security.protocol": "ssl", "kafka.ssl.ca.location": "only-there.pem"})
+    assert options.kafka["ssl.ca.location"] == "only-there.pem"
+    assert "could not be checked on the driver" in caplog.text

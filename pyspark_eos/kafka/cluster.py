@@ -9,12 +9,14 @@ retries, so it cannot serve as that bound.)
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from ..errors import ConfigurationError, KafkaClientError
+from .options import local_files_refused
 from .retries import error_code
 
 log = logging.getLogger(__name__)
@@ -73,27 +75,47 @@ def create_command(servers: str, topics: Iterable[str]) -> str:
 _checked_outputs: set[tuple] = set()
 
 
+# A topic created a moment ago may not have reached the broker that answers yet, which then calls
+# it unknown; seconds are enough for it to reach every broker.
+TOPIC_PROPAGATION_GRACE_S = 5.0
+
+
 def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | None, timeout_s: float) -> None:
     """Fail, naming the fix, when no broker answers at ``servers`` or the sink's ``topic`` option
     names a topic that does not exist (None: records name their topics; only the cluster is checked)."""
     key = (servers, topic, tuple(sorted(kafka_params.items())))
     if key in _checked_outputs:
         return
-    # With the sink's own settings: the request creates the topic exactly where its producers would
-    # (allow.auto.create.topics, true for producers, and the broker's auto.create.topics.enable).
-    admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
+    try:
+        # With the sink's own settings: the request creates the topic exactly where its producers
+        # would (allow.auto.create.topics, true for producers, and the broker's auto.create.topics.enable).
+        admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
+    except KafkaException as error:
+        if not local_files_refused(error.args[0].str(), kafka_params):
+            raise
+        log.warning("the sink's cluster and topic are not checked on the driver: %s (the executors' clients "
+                    "will use those files)", error.args[0].str())
+        return
     metadata = first_contact(admin, servers, timeout_s, topic)
+    deadline = time.monotonic() + TOPIC_PROPAGATION_GRACE_S
+    while topic is not None and _unknown(metadata, topic) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        metadata = list_topics(admin, servers, timeout_s, topic)
     if topic is not None:
         _require_topic(metadata, servers, topic)
     _checked_outputs.add(key)
 
 
-def _require_topic(metadata: ClusterMetadata, servers: str, topic: str) -> None:
+def _unknown(metadata: ClusterMetadata, topic: str) -> bool:
     found = metadata.topics.get(topic)
-    error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-    if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+    return found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+def _require_topic(metadata: ClusterMetadata, servers: str, topic: str) -> None:
+    if _unknown(metadata, topic):
         raise ConfigurationError(f"the sink's topic {topic!r} does not exist at {servers} (and the brokers do not "
                                  f"create topics on first use): create it, e.g. {create_command(servers, [topic])}, "
                                  "or correct the topic option")
+    error = metadata.topics[topic].error
     if error is not None:  # no DESCRIBE, a new topic's leaders not elected yet: the tasks report what lasts
         log.warning("looking up the sink's topic %r at %s: %s", topic, servers, error)

@@ -9,10 +9,13 @@ follow Spark's own Kafka connector wherever one applies, so a query can move bet
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from typing import Mapping
 
 from ..errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 KAFKA_PREFIX = "kafka."
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -87,19 +90,36 @@ def check_client_settings(params: Mapping[str, str], role: str) -> None:
     _check_client_settings(tuple(sorted(params.items())), role)
 
 
+# The settings a client is made with besides the user's: the sink's producers are transactional,
+# which changes what librdkafka accepts (e.g. queuing.strategy, enable.gapless.guarantee).
+_CHECKED_AS = {"sink": {"transactional.id": "eos-kafka-settings-check"},
+               "source": {"group.id": "eos-kafka-settings-check"}}
+
+
 @functools.lru_cache(maxsize=64)
 def _check_client_settings(params: tuple[tuple[str, str], ...], role: str) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer
 
     try:
-        client = (Producer if role == "sink" else Consumer)({**dict(params), "group.id": "eos-kafka-settings-check",
-                                                              "log_level": 0})
+        client = (Producer if role == "sink" else Consumer)({**dict(params), **_CHECKED_AS[role], "log_level": 0})
     except KafkaException as error:
+        text = error.args[0].str().strip()
+        if local_files_refused(text, dict(params)):
+            # Certificates and plugins may exist only where the tasks run (shipped with --files):
+            # the driver cannot judge them, the executors' clients will.
+            log.warning("the eos-kafka %s's Kafka settings could not be checked on the driver (%s); the "
+                        "executors' clients will check them", role, text)
+            return
         raise ConfigurationError(f"a kafka.* option of the eos-kafka {role} is refused by the Kafka client "
-                                 f"(librdkafka): {error.args[0].str().strip()}; fix or remove it (kafka.* options are "
-                                 "librdkafka settings, see its CONFIGURATION.md)") from None
+                                 f"(librdkafka): {text}; fix or remove it (kafka.* options are librdkafka settings, "
+                                 "see its CONFIGURATION.md)") from None
     if role != "sink":
         client.close()
+
+
+def local_files_refused(error_text: str, params: Mapping[str, str]) -> bool:
+    """Whether librdkafka refused a client because of a file or plugin named by a setting."""
+    return any(name in error_text for name in params if name.endswith(".location") or name == "plugin.library.paths")
 
 
 def check_group_id(group_id: str | None) -> None:
