@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
@@ -69,15 +69,34 @@ def create_command(servers: str, topics: Iterable[str]) -> str:
                      "--replication-factor <r>" for topic in topics)
 
 
+# A topic created a moment ago may not have reached the broker that answers yet, which then calls
+# it unknown: librdkafka allows for that by holding records to an unknown topic for
+# topic.metadata.propagation.max.ms (30 s by default) before failing them. Seconds are enough for a
+# new topic to reach every broker, so the checks ask again for this long, not 30 s.
+TOPIC_PROPAGATION_GRACE_S = 5.0
+_TOPIC_RECHECK_INTERVAL_S = 0.5
+
+
+def unknown_topic(metadata: ClusterMetadata, topic: str) -> bool:
+    found = metadata.topics.get(topic)
+    return found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+def settled_metadata(look_up: Callable[[], ClusterMetadata | None], topic: str) -> ClusterMetadata | None:
+    """``look_up()``'s metadata of ``topic``, asked again for up to TOPIC_PROPAGATION_GRACE_S while
+    the cluster calls the topic unknown; None when ``look_up`` has no answer."""
+    deadline = time.monotonic() + TOPIC_PROPAGATION_GRACE_S
+    metadata = look_up()
+    while metadata is not None and unknown_topic(metadata, topic) and time.monotonic() < deadline:
+        time.sleep(_TOPIC_RECHECK_INTERVAL_S)
+        metadata = look_up()
+    return metadata
+
+
 # The clusters and output topics this process has looked up, with the settings used. The driver's
 # Python workers that build the sink's writer (twice per micro-batch) live on between batches, so a
 # query pays for one lookup per worker, not one per batch.
 _checked_outputs: set[tuple] = set()
-
-
-# A topic created a moment ago may not have reached the broker that answers yet, which then calls
-# it unknown; seconds are enough for it to reach every broker.
-TOPIC_PROPAGATION_GRACE_S = 5.0
 
 
 def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | None, timeout_s: float) -> None:
@@ -97,22 +116,15 @@ def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | Non
                     "will use those files)", error.args[0].str())
         return
     metadata = first_contact(admin, servers, timeout_s, topic)
-    deadline = time.monotonic() + TOPIC_PROPAGATION_GRACE_S
-    while topic is not None and _unknown(metadata, topic) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        metadata = list_topics(admin, servers, timeout_s, topic)
     if topic is not None:
+        if unknown_topic(metadata, topic):
+            metadata = settled_metadata(lambda: list_topics(admin, servers, timeout_s, topic), topic)
         _require_topic(metadata, servers, topic)
     _checked_outputs.add(key)
 
 
-def _unknown(metadata: ClusterMetadata, topic: str) -> bool:
-    found = metadata.topics.get(topic)
-    return found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
-
-
 def _require_topic(metadata: ClusterMetadata, servers: str, topic: str) -> None:
-    if _unknown(metadata, topic):
+    if unknown_topic(metadata, topic):
         raise ConfigurationError(f"the sink's topic {topic!r} does not exist at {servers} (and the brokers do not "
                                  f"create topics on first use): create it, e.g. {create_command(servers, [topic])}, "
                                  "or correct the topic option")

@@ -8,15 +8,14 @@ the failure path only, never per record.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import ConfigResource, ConfigSource
+from confluent_kafka.admin import ClusterMetadata, ConfigResource, ConfigSource
 
 from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
-from ..kafka.cluster import create_command
+from ..kafka.cluster import create_command, settled_metadata, unknown_topic
 from .options import SinkOptions
 from .producer_pool import admin_for
 from .records import RecordColumns, SizedRecord, record_size
@@ -33,12 +32,6 @@ _UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 METADATA_TIMEOUT_S = 10.0
-# A topic created a moment ago may not have reached the broker that answers yet, which then calls
-# it unknown: librdkafka allows for that by holding records to an unknown topic for
-# topic.metadata.propagation.max.ms (30 s by default) before failing them. Seconds are enough
-# for a new topic to reach every broker, so the sink asks again for this long, not 30 s.
-TOPIC_PROPAGATION_GRACE_S = 5.0
-_TOPIC_RECHECK_INTERVAL_S = 0.5
 
 # Topics this worker has seen the cluster hold, per sink configuration: each is looked up once.
 _existing_topics: dict[tuple, set[str]] = {}
@@ -60,23 +53,20 @@ class TopicCheck:
                 self._look_up(name)
 
     def _look_up(self, topic: str) -> None:
-        deadline = time.monotonic() + TOPIC_PROPAGATION_GRACE_S
-        while _unknown_to_the_cluster(self.producer, topic):
-            if time.monotonic() > deadline:
-                raise ConfigurationError(missing_topic(topic, self.bootstrap_servers))
-            time.sleep(_TOPIC_RECHECK_INTERVAL_S)
+        metadata = settled_metadata(lambda: _producer_metadata(self.producer, topic), topic)
+        if metadata is not None and unknown_topic(metadata, topic):
+            raise ConfigurationError(missing_topic(topic, self.bootstrap_servers))
         self.known.add(topic)
 
 
-def _unknown_to_the_cluster(producer: Producer, topic: str) -> bool:
+def _producer_metadata(producer: Producer, topic: str) -> ClusterMetadata | None:
     # The producer's own metadata request, so that a cluster that creates topics on first use
-    # creates this one now, as producing would. Any other answer (no DESCRIBE permission, no
-    # answer at all) is left to producing, which reports it.
+    # creates this one now, as producing would. No answer at all is left to producing, which
+    # reports it.
     try:
-        found = producer.list_topics(topic=topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+        return producer.list_topics(topic=topic, timeout=METADATA_TIMEOUT_S)
     except KafkaException:
-        return False
-    return found is not None and found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        return None
 
 
 def missing_partition(topic: str, partition: int) -> str:
