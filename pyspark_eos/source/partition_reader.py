@@ -94,25 +94,40 @@ def read_ranges(ranges: tuple[OffsetRange, ...], settings: ReaderSettings) -> It
     """
     consumer = Consumer(settings.consumer_config)
     try:
-        starts = {r.key: _start_offset(consumer, r, settings) for r in ranges}
-        todo = {r.key: r for r in ranges if starts[r.key] < r.end}
+        todo = {r.key: r for r in ranges if r.start < r.end}
         if todo:
-            consumer.assign([TopicPartition(topic, partition, starts[(topic, partition)]) for topic, partition in todo])
-            yield from _consume(consumer, todo, starts, settings)
+            consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo.values()])
+            yield from _consume(consumer, todo, {key: r.start for key, r in todo.items()}, settings)
     finally:
         consumer.close()
 
 
-def _start_offset(consumer: Consumer, offset_range: OffsetRange, settings: ReaderSettings) -> int:
+class _OffsetsRemoved(Exception):
+    """A range's start is below its partition's log start (auto.offset.reset=error)."""
+
+    def __init__(self, key: tuple[str, int]):
+        super().__init__(key)
+        self.key = key
+
+
+def _skip_removed(consumer: Consumer, offset_range: OffsetRange, position: int, settings: ReaderSettings) -> int:
+    """Where to read on from after Kafka found ``position`` out of range (or DataLossError).
+
+    Asked only when a fetch finds its offset gone, not for every range: a watermark request per
+    range cost each read task a round trip per partition before its first record."""
     tp = TopicPartition(offset_range.topic, offset_range.partition)
-    low, _high = consumer.get_watermark_offsets(tp, timeout=30)
-    if offset_range.start >= low:
-        return offset_range.start
-    message = (f"{offset_range}: offsets [{offset_range.start}, {min(low, offset_range.end)}) were removed from "
+    low, high = consumer.get_watermark_offsets(tp, timeout=30)
+    if low <= position:
+        raise KafkaClientError(f"reading {offset_range} failed: offset {position} is outside the partition's "
+                               f"offsets [{low}, {high}); was the topic deleted and created again?")
+    message = (f"{offset_range}: offsets [{position}, {min(low, offset_range.end)}) were removed from "
                f"Kafka before they were read (earliest available: {low}), most likely by retention")
     if settings.fail_on_data_loss:
         raise DataLossError(message + ". Set failOnDataLoss=false to skip them and go on")
     log.warning("data loss (failOnDataLoss=false, going on): %s", message)
+    if low < offset_range.end:  # the fetcher stopped at the error: assign the partition again, from low
+        consumer.incremental_unassign([tp])
+        consumer.incremental_assign([TopicPartition(offset_range.topic, offset_range.partition, low)])
     return low
 
 
@@ -135,7 +150,10 @@ def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSet
         for message in messages:
             key = (message.topic(), message.partition())
             if key in positions:
-                positions[key] = max(positions[key], _take(message, ranges[key], columns))
+                try:
+                    positions[key] = max(positions[key], _take(message, ranges[key], columns))
+                except _OffsetsRemoved:
+                    positions[key] = _skip_removed(consumer, ranges[key], positions[key], settings)
             elif message.error() is not None:  # a client-level error, of no partition
                 raise KafkaClientError(f"reading {', '.join(map(str, ranges.values()))} failed: {message.error()}")
         for key, position in _positions(consumer, unfinished).items():
@@ -172,6 +190,8 @@ def _take(message, offset_range: OffsetRange, columns: _Columns) -> int:
     if error.code() == KafkaError._PARTITION_EOF:
         # At the partition end: everything before this offset has been delivered.
         return message.offset()
+    if error.code() == KafkaError._AUTO_OFFSET_RESET:
+        raise _OffsetsRemoved((offset_range.topic, offset_range.partition))
     raise KafkaClientError(f"reading {offset_range} failed: {error}")
 
 
