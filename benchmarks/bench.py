@@ -9,6 +9,9 @@ Parts:
   scaling  8, 64, 256 input partitions, same total records: one producer per write slot against
            a producer per input partition (the pre-KIP-447 design), transactional ids counted
   txn      per-batch cost against records per micro-batch, for eos-kafka and Spark's connector
+           (each run's first batches, which start its workers' clients, left out)
+  memory   a copy at a steady input rate for minutes (20 at full scale): memory and Kafka clients of
+           every Spark Python process over time
   fencing  what attempt fencing (the claims protocol) costs: the copy with it and with it switched
            off, runs alternated, at 8 and 64 partitions (one claim per write task)
 
@@ -26,7 +29,8 @@ from pathlib import Path
 
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
-from . import contenders, plots, report
+from . import contenders, plots, report, soak
+from .worker_memory import WorkerSampler
 from .workload import SCALES, Scale, unique, write_input
 
 log = logging.getLogger("benchmarks")
@@ -37,7 +41,7 @@ COPY_CONTENDERS = {
     "kafka-copier": contenders.kafka_copier,
     "python-loop": contenders.python_loop,
 }
-PARTS = ("copy", "alone", "scaling", "txn", "fencing")
+PARTS = ("copy", "alone", "scaling", "txn", "fencing", "memory")
 
 
 def prepared_input(ground: contenders.Ground, records: int, size: int, partitions: int) -> str:
@@ -59,13 +63,17 @@ def copy_part(ground, scale: Scale) -> list[dict]:
                          name, run.seconds, run.records_per_second)
         rows += [report.summarize("copy", {"record_bytes": size}, r) for r in runs.values()]
     report.print_table("Kafka -> Kafka copy", rows, ("record_bytes",))
+    report.print_worker_peaks(rows, ("eos-kafka", "spark-kafka"))
     return rows
 
 
 def measured(label: str, contender, *args, **kwargs) -> contenders.Run:
     """One run; a contender that fails is reported as failed instead of ending the whole benchmark."""
     try:
-        return contender(*args, **kwargs)
+        with WorkerSampler(args[0].jvm_pid) as sampler:
+            run = contender(*args, **kwargs)
+        run.extra["workers"] = sampler.summary()
+        return run
     except Exception as error:  # noqa: BLE001 - any failure of a contender is a result to report
         log.exception("%s failed", label)
         return contenders.Run(label, float("inf"), args[3], 0, extra={"error": str(error)[:2000]})
@@ -121,10 +129,10 @@ def _scaling_run(ground, name: str, sink_options: dict | None, source: str, part
 def txn_part(ground, scale: Scale) -> list[dict]:
     rows = []
     for batch in scale.txn_batch_sizes:
-        records = batch * scale.txn_batches
+        records = batch * (TXN_WARM_UP_BATCHES + scale.txn_batches)
         source = prepared_input(ground, records, 100, scale.partitions)
         for name in ("eos-kafka", "spark-kafka"):
-            runs = [measured(name, COPY_CONTENDERS[name], ground, source, scale.partitions, records, batch)
+            runs = [_steady(measured(name, COPY_CONTENDERS[name], ground, source, scale.partitions, records, batch))
                     for _ in range(scale.repeats)]
             rows.append(report.summarize("txn", {"batch_records": batch}, runs))
             log.info("txn cost, %d records per batch: %s p50 %.0f ms", batch, name, rows[-1]["batch_p50_ms"] or 0)
@@ -133,6 +141,18 @@ def txn_part(ground, scale: Scale) -> list[dict]:
         print(f"  {name:<12} batch ms = {fixed:,.0f} + {per_record * 1000:,.2f} per 1000 records")
     report.print_phases(rows)
     return rows
+
+
+# A query's first batches pay one-time costs per Python worker (producer ids, init_transactions,
+# connections): left out, so that the fit's fixed cost is what each batch of a running query pays.
+TXN_WARM_UP_BATCHES = 4
+
+
+def _steady(run: contenders.Run) -> contenders.Run:
+    run.extra["warm_up_batch_ms"] = run.batch_ms[:TXN_WARM_UP_BATCHES]
+    run.batch_ms = run.batch_ms[TXN_WARM_UP_BATCHES:]
+    run.extra["phases_ms"] = contenders.phase_medians(run.extra["batch_phases_ms"][TXN_WARM_UP_BATCHES:])
+    return run
 
 
 def fencing_part(ground, scale: Scale) -> list[dict]:
@@ -162,8 +182,17 @@ def fencing_part(ground, scale: Scale) -> list[dict]:
     return rows
 
 
+def memory_part(ground, scale: Scale) -> list[dict]:
+    log.info("memory: a copy of %.0f min at %d records/s", scale.memory_minutes, scale.memory_rate)
+    row = soak.soak_copy(ground, scale.memory_minutes, scale.memory_rate, scale.partitions, scale.batch_records)
+    report.print_workers(f"Spark's Python processes over a {scale.memory_minutes:g}-minute copy "
+                         f"({row['batches']} micro-batches, {row['records']:,} records, "
+                         f"out ok: {report.output_ok(row)})", row["workers"])
+    return [row]
+
+
 RUNNERS = {"copy": copy_part, "alone": alone_part, "scaling": scaling_part, "txn": txn_part,
-           "fencing": fencing_part}
+           "fencing": fencing_part, "memory": memory_part}
 
 
 def main(argv: list[str] | None = None) -> int:

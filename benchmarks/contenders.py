@@ -57,6 +57,11 @@ class Ground:
     spark: object
     work: Path
 
+    @property
+    def jvm_pid(self) -> int:
+        """The Spark JVM's process id: its Python processes are the ones sampled (worker_memory)."""
+        return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
 
 def start_ground(bootstrap: str, work: Path) -> Ground:
     """A local[2] session with Spark's own Kafka connector beside eos-kafka, on the given broker."""
@@ -163,7 +168,8 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     batches = [p["durationMs"]["triggerExecution"] for p in progress]
     return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions), batches,
-               {"batches": len(batches), "phases_ms": _phases(progress)})
+               {"batches": len(batches), "phases_ms": phase_medians([p["durationMs"] for p in progress]),
+                "batch_phases_ms": [p["durationMs"] for p in progress]})
 
 
 # Spark's phases of a micro-batch (StreamingQueryProgress.durationMs): the source's latestOffset,
@@ -172,9 +178,9 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
 
-def _phases(progress: list[dict]) -> dict[str, float]:
-    """Median milliseconds of each phase over the micro-batches that read something."""
-    return {phase: statistics.median(p["durationMs"].get(phase, 0) for p in progress) for phase in PHASES} if progress else {}
+def phase_medians(durations: list[dict]) -> dict[str, float]:
+    """Median milliseconds of each phase over the micro-batches (those that read something)."""
+    return {phase: statistics.median(d.get(phase, 0) for d in durations) for phase in PHASES} if durations else {}
 
 
 def kafka_copier(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:

@@ -18,6 +18,9 @@ def draw(rows: list[dict]) -> list[Path]:
     txn = [row for row in rows if row["part"] == "txn"]
     if txn:
         drawn.append(_batch_cost(txn, RESULTS / "txn-cost.png"))
+    memory = [row for row in rows if row["part"] == "memory"]
+    if memory:
+        drawn.append(_worker_memory(memory[-1], RESULTS / "worker-memory.png"))
     return drawn
 
 
@@ -63,6 +66,23 @@ def _batch_cost(rows: list[dict], path: Path) -> Path:
     axes.set_ylabel("p50 batch duration, ms")
     axes.set_title("Per-batch cost against batch size")
     axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _worker_memory(row: dict, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for pid, series in row["rss_mib_series"].items():
+        axes.plot([t / 60 for t, _ in series], [mib for _, mib in series], label=f"worker {pid}")
+    axes.set_xlabel("minutes")
+    axes.set_ylabel("resident memory, MiB")
+    axes.set_title(f"Python workers over a {row['minutes']:g}-minute exactly-once copy ({row['batches']} batches)")
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -90,7 +90,7 @@ def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> Non
         ratio = row["median_records_per_s"] / reference["median_records_per_s"] if reference else None
         cells = [*(row[k] for k in case_keys), row["contender"], f"{row['median_records_per_s']:,.0f}",
                  f"{ratio:.2f}x" if ratio else "-", _ms(row["batch_p50_ms"]), _ms(row["batch_p99_ms"]),
-                 _output_ok(row)]
+                 output_ok(row)]
         print("  ".join(f"{str(c):>14}" for c in cells))
 
 
@@ -98,7 +98,30 @@ def _ms(value: float | None) -> str:
     return f"{value:,.0f}" if value is not None else "-"
 
 
-def _output_ok(row: dict) -> str:
+def print_workers(title: str, workers: list[dict]) -> None:
+    """One line per Python process: memory early and late in the run, peak, Kafka clients held."""
+    print(f"\n{title}")
+    header = ["pid", "role", "samples", "RSS early MiB", "RSS late MiB", "peak MiB", "clients max", "clients end"]
+    print("  ".join(f"{h:>14}" for h in header))
+    for w in sorted(workers, key=lambda w: (w["role"], w["pid"])):
+        cells = [w["pid"], w["role"][-14:], w["samples"], w["rss_mib_early"], w["rss_mib_late"], w["peak_rss_mib"],
+                 w["kafka_clients_max"], w["kafka_clients_late"]]
+        print("  ".join(f"{str(c):>14}" for c in cells))
+
+
+def print_worker_peaks(rows: list[dict], contenders: tuple[str, ...]) -> None:
+    """Per Spark contender and case: the Python workers' largest peak memory and most Kafka clients."""
+    print("\nSpark's Python workers during the runs (max over workers and repeats)")
+    print("  ".join(f"{h:>14}" for h in ["case", "contender", "workers", "peak RSS MiB", "clients max"]))
+    for row in rows:
+        workers = [w for extra in row["extra"] for w in extra.get("workers", []) if w["role"] == "worker"]
+        if row["contender"] in contenders and workers:
+            cells = [row.get("record_bytes", "-"), row["contender"], len({w["pid"] for w in workers}),
+                     max(w["peak_rss_mib"] for w in workers), max(w["kafka_clients_max"] for w in workers)]
+            print("  ".join(f"{str(c):>14}" for c in cells))
+
+
+def output_ok(row: dict) -> str:
     # Exactly-once contenders must write every record once; Spark's sink may write more (retries).
     wanted = row["records"]
     return "yes" if all(out == wanted for out in row["records_out"]) else f"no {row['records_out']}"

@@ -33,21 +33,25 @@ class Scale:
     txn_batch_sizes: tuple[int, ...]
     txn_batches: int           # micro-batches per run: the input is this many batches of each size
     fencing_records: int       # the copy with and without attempt fencing (8 micro-batches)
+    memory_minutes: float      # the memory part: a copy of this long at memory_rate records/s
+    memory_rate: int
 
 
 SCALES = {
     "quick": Scale("quick", copy_cases=((100, 40_000), (1000, 40_000)), partitions=8, repeats=1,
                    batch_records=10_000, alone_records=40_000, scaling_partitions=(8, 64), scaling_records=16_000,
-                   scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4, fencing_records=40_000),
+                   scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4, fencing_records=40_000,
+                   memory_minutes=1, memory_rate=2_000),
     # About 8 minutes on 2 cores: enough records per batch to compare one change's effect.
     "medium": Scale("medium", copy_cases=((100, 400_000), (1000, 200_000)), partitions=8, repeats=2,
                     batch_records=50_000, alone_records=200_000, scaling_partitions=(8, 64, 256), scaling_records=64_000,
-                    scaling_repeats=1, txn_batch_sizes=(1_000, 10_000), txn_batches=6, fencing_records=100_000),
+                    scaling_repeats=1, txn_batch_sizes=(1_000, 10_000), txn_batches=12, fencing_records=100_000,
+                    memory_minutes=3, memory_rate=5_000),
     # About 40 minutes on 2 cores; per-task costs make 256 partitions slow, hence one repeat there.
     "full": Scale("full", copy_cases=((100, 3_000_000), (1000, 2_000_000)), partitions=8, repeats=3,
                   batch_records=100_000, alone_records=500_000, scaling_partitions=(8, 64, 256),
                   scaling_records=256_000, scaling_repeats=1, txn_batch_sizes=(1_000, 10_000, 100_000),
-                  txn_batches=8, fencing_records=400_000),
+                  txn_batches=8, fencing_records=400_000, memory_minutes=20, memory_rate=5_000),
 }
 
 
