@@ -1,7 +1,8 @@
-"""What a read task of a small micro-batch costs: the time ``read_ranges`` takes to read a task's
-ranges (4 partitions, 125 records each: one task of a 1k-record batch over 8 partitions).
+"""What a read task costs: the time ``read_ranges`` takes to read a task's ranges (4 partitions;
+by default 125 records of 100 B each: one task of a 1k-record batch over 8 partitions; with
+``--records 100000 --size 1000`` a task of a large batch, where the cost per record shows).
 
-    .venv/bin/python -m benchmarks.read_cost [--compare-with REV]
+    .venv/bin/python -m benchmarks.read_cost [--compare-with REV] [--records N] [--size BYTES]
 
 With ``--compare-with`` the partition reader of that git revision is timed too, alternated with
 the current one in the same run, against the same embedded broker; results go to
@@ -27,7 +28,7 @@ from .workload import write_input
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CHECKOUT = Path(__file__).resolve().parent.parent
-PARTITIONS, RECORDS, REPEATS = 4, 500, 30
+PARTITIONS = 4
 
 
 def _reader_at(revision: str):
@@ -45,16 +46,16 @@ def _reader_at(revision: str):
     return module
 
 
-def _time_reads(readers: dict, ranges: tuple, settings) -> dict[str, list[float]]:
+def _time_reads(readers: dict, ranges: tuple, settings, records: int, repeats: int) -> dict[str, list[float]]:
     timings: dict[str, list[float]] = {name: [] for name in readers}
-    for repeat in range(REPEATS):
+    for repeat in range(repeats):
         for name, module in readers.items():  # alternated, so that drift hits both alike
             started = time.perf_counter()
             rows = sum(batch.num_rows for batch in module.read_ranges(ranges, settings))
             timings[name].append((time.perf_counter() - started) * 1000)
-            if rows != RECORDS:
-                raise RuntimeError(f"{name} read {rows} records, expected {RECORDS}")
-        print(f"\rrepeat {repeat + 1}/{REPEATS}", end="", file=sys.stderr, flush=True)
+            if rows != records:
+                raise RuntimeError(f"{name} read {rows} records, expected {records}")
+        print(f"\rrepeat {repeat + 1}/{repeats}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return timings
 
@@ -62,6 +63,9 @@ def _time_reads(readers: dict, ranges: tuple, settings) -> dict[str, list[float]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare-with", metavar="REV", help="also time the partition reader of this git revision")
+    parser.add_argument("--records", type=int, default=500, help="records of the task, over 4 partitions")
+    parser.add_argument("--size", type=int, default=100, help="bytes per record")
+    parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args(argv)
     readers = {"current": partition_reader}
     if args.compare_with:
@@ -70,16 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         readers[revision] = _reader_at(revision)
     with EmbeddedKafkaCluster(nodes=1) as cluster:
         topic = create_topic(cluster.bootstrap_servers, "read-cost", partitions=PARTITIONS)
-        write_input(cluster.bootstrap_servers, topic, RECORDS, 100, PARTITIONS)
+        write_input(cluster.bootstrap_servers, topic, args.records, args.size, PARTITIONS)
         settings = partition_reader.ReaderSettings(
             partition_reader.consumer_config(cluster.bootstrap_servers, {}, None), False, True)
-        ranges = tuple(OffsetRange(topic, p, 0, RECORDS // PARTITIONS) for p in range(PARTITIONS))
-        timings = _time_reads(readers, ranges, settings)
-    result = {name: {"median_ms": statistics.median(v), "p90_ms": statistics.quantiles(v, n=10)[-1]}
-              for name, v in timings.items()}
+        ranges = tuple(OffsetRange(topic, p, 0, args.records // PARTITIONS) for p in range(PARTITIONS))
+        timings = _time_reads(readers, ranges, settings, args.records // PARTITIONS * PARTITIONS, args.repeats)
+    result = {name: {"records": args.records, "record_bytes": args.size, "median_ms": statistics.median(v),
+                     "p90_ms": statistics.quantiles(v, n=10)[-1]} for name, v in timings.items()}
     for name, figures in result.items():
-        print(f"{name:>12}: read {PARTITIONS} ranges of {RECORDS // PARTITIONS} records in "
-              f"{figures['median_ms']:.0f} ms (median of {REPEATS}), p90 {figures['p90_ms']:.0f} ms")
+        print(f"{name:>12}: read {PARTITIONS} ranges of {args.records // PARTITIONS} records of {args.size} B in "
+              f"{figures['median_ms']:.0f} ms (median of {args.repeats}), p90 {figures['p90_ms']:.0f} ms")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "read-cost.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0
