@@ -132,3 +132,19 @@ def test_offsets_committed_by_a_newer_generation_are_not_overwritten(shared_grou
     with pytest.raises(UnassignedPartitionError, match="newer generation"):
         write_as_task(bootstrap, group, output, Provenance((OffsetRange(*owned, 0, 1),), stamp), 9002)
     assert read_committed(bootstrap, output) == []
+
+
+@pytest.mark.parametrize("headers", [None, [("h", b"v")]], ids=["no-headers", "headers"])
+def test_a_full_local_queue_is_waited_out_and_every_record_is_written_once_in_order(kafka, headers):
+    bootstrap = kafka.bootstrap_servers
+    output = create_topic(bootstrap, unique_name("small-queue"))
+    options = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": output,
+                                 "transactionalIdPrefix": unique_name("queue"),
+                                 "kafka.queue.buffering.max.messages": "50", "kafka.linger.ms": "20"})
+    records = [KafkaRecord(output, None, b"%d" % i, b"v%d" % i, headers) for i in range(3000)]
+    message = write_task(columns_from_records(records), options)
+    assert (message.outcome, message.records) == ("committed", 3000)
+    # commit_transaction() returns before the markers reach the partition: poll for the records.
+    written = wait_until(lambda: [r for r in [read_committed(bootstrap, output)] if len(r) == len(records)],
+                         60, "every record to become visible")[0]
+    assert [(r.key, r.value, r.headers) for r in written] == [(r.key, r.value, tuple(r.headers or ())) for r in records]

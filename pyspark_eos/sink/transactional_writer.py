@@ -11,6 +11,7 @@ topic that does not exist.
 from __future__ import annotations
 
 import itertools
+from itertools import islice
 import logging
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -145,20 +146,42 @@ def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery:
     count = 0
     for columns in batches:
         topics.require(columns.topic_names())
-        for topic, value, key, partition, headers in columns.rows():
-            try:
-                producer.produce(topic, value, key, partition, headers=headers)
-            except BufferError:  # the local queue is full: let deliveries drain it, then try again
-                _produce_when_queue_has_room(producer, topic, value, key, partition, headers)
-            except KafkaException as error:
-                delivery.unsent = columns
-                explain_local_refusal(error, options, topic, record_size(value, key, headers), partition)
-                raise
-            count += 1
-            if count == 1:
+        rows = columns.rows()
+        try:
+            if count == 0:  # the fault hook's "mid-produce" is right after the task's first record
+                _produce_rows(producer, islice(rows, 1), columns.headers is not None)
                 faults.stall_point(faults.STALL_MID_PRODUCE)
+            _produce_rows(producer, rows, columns.headers is not None)
+        except KafkaException as error:
+            delivery.unsent = columns
+            topic, value, key, partition, headers = error.row
+            explain_local_refusal(error, options, topic, record_size(value, key, headers), partition)
+            raise
+        count += len(columns.values)
         producer.poll(0)  # serve delivery reports (failures only) once per batch
     return count
+
+
+def _produce_rows(producer, rows: Iterator[tuple], with_headers: bool) -> None:
+    """produce() each row: the loop is the sink's cost per record, so it holds nothing else.
+    A full local queue (BufferError) is waited out for the row it refused; a KafkaException
+    carries that row as ``row`` to explain it."""
+    produce = producer.produce
+    topic = value = key = partition = headers = None
+    while True:
+        try:
+            if with_headers:
+                for topic, value, key, partition, headers in rows:
+                    produce(topic, value, key, partition, headers=headers)
+            else:
+                for topic, value, key, partition, headers in rows:
+                    produce(topic, value, key, partition)
+            return
+        except BufferError:  # the local queue is full: let deliveries drain it, then go on
+            _produce_when_queue_has_room(producer, topic, value, key, partition, headers)
+        except KafkaException as error:
+            error.row = (topic, value, key, partition, headers)
+            raise
 
 
 def _produce_when_queue_has_room(producer, topic, value, key, partition, headers) -> None:
