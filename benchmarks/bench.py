@@ -68,7 +68,8 @@ def copy_part(ground, scale: Scale) -> list[dict]:
 
 
 def measured(label: str, contender, *args, **kwargs) -> contenders.Run:
-    """One run; a contender that fails is reported as failed instead of ending the whole benchmark."""
+    """One run of ``contender(ground, source, partitions, records, ...)``; a contender that fails
+    is reported as failed instead of ending the whole benchmark."""
     try:
         with WorkerSampler(args[0].jvm_pid) as sampler:
             run = contender(*args, **kwargs)
@@ -85,8 +86,9 @@ def alone_part(ground, scale: Scale) -> list[dict]:
     for part, measure in (("source", contenders.source_alone), ("sink", contenders.sink_alone)):
         runs: dict[str, list] = {}
         for repeat in range(scale.repeats):
-            for run in measure(ground, source, scale.partitions, scale.alone_records, scale.batch_records):
-                runs.setdefault(run.contender, []).append(run)
+            for name in ("eos-kafka", "spark-kafka"):
+                run = measured(name, measure, ground, source, scale.partitions, scale.alone_records, name)
+                runs.setdefault(name, []).append(run)
             log.info("%s alone, repeat %d/%d done", part, repeat + 1, scale.repeats)
         rows += [report.summarize(f"{part}-alone", {"side": part}, r) for r in runs.values()]
     report.print_table("Source alone (into noop) and sink alone (generated rows)", rows, ("side",))

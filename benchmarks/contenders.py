@@ -260,21 +260,20 @@ def read_into_noop(ground: Ground, fmt: str, source: str, options: dict) -> floa
     return time.perf_counter() - started
 
 
-def source_alone(ground: Ground, source: str, partitions: int, records: int, batch: int) -> list[Run]:
-    return [Run("eos-kafka", read_into_noop(ground, "eos-kafka", source, {}), records, records),
-            Run("spark-kafka", read_into_noop(ground, "kafka", source, {"kafka.isolation.level": "read_committed"}),
-                records, records)]
+FORMATS = {"eos-kafka": "eos-kafka", "spark-kafka": "kafka"}
 
 
-def sink_alone(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int = 100) -> list[Run]:
+def source_alone(ground: Ground, source: str, partitions: int, records: int, name: str) -> Run:
+    options = {"kafka.isolation.level": "read_committed"} if name == "spark-kafka" else {}
+    return Run(name, read_into_noop(ground, FORMATS[name], source, options), records, records)
+
+
+def sink_alone(ground: Ground, source: str, partitions: int, records: int, name: str, size: int = 100) -> Run:
     frame = ground.spark.range(records, numPartitions=partitions).selectExpr(
         "CAST(id AS STRING) AS key", f"repeat('x', {size}) AS value")
-    runs = []
-    for name, fmt in (("eos-kafka", "eos-kafka"), ("spark-kafka", "kafka")):
-        output = create_topic(ground.bootstrap, unique(f"out-sink-{name}"), partitions)
-        started = time.perf_counter()
-        (frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", ground.bootstrap)
-         .option("topic", output).save())
-        seconds = time.perf_counter() - started
-        runs.append(Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions)))
-    return runs
+    output = create_topic(ground.bootstrap, unique(f"out-sink-{name}"), partitions)
+    started = time.perf_counter()
+    (frame.write.format(FORMATS[name]).mode("append").option("kafka.bootstrap.servers", ground.bootstrap)
+     .option("topic", output).save())
+    seconds = time.perf_counter() - started
+    return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions))

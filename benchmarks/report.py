@@ -87,7 +87,8 @@ def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> Non
     for row in rows:
         reference = next((r for r in rows if r["contender"] == "eos-kafka"
                           and all(r[k] == row[k] for k in case_keys)), None)
-        ratio = row["median_records_per_s"] / reference["median_records_per_s"] if reference else None
+        base = reference["median_records_per_s"] if reference else 0
+        ratio = row["median_records_per_s"] / base if base else None
         cells = [*(row[k] for k in case_keys), row["contender"], f"{row['median_records_per_s']:,.0f}",
                  f"{ratio:.2f}x" if ratio else "-", _ms(row["batch_p50_ms"]), _ms(row["batch_p99_ms"]),
                  output_ok(row)]
