@@ -94,3 +94,53 @@ def test_kafka_settings_are_judged_as_for_the_sinks_transactional_producer(caplo
     options = SinkOptions.parse({**base, "kafka.security.protocol": "ssl", "kafka.ssl.ca.location": "only-there.pem"})
     assert options.kafka["ssl.ca.location"] == "only-there.pem"
     assert "could not be checked on the driver" in caplog.text
+
+
+class _Client:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def worker_pool(monkeypatch):
+    """The sink's per-worker pool, empty, on a clock the test moves; and a way to fill it."""
+    from pyspark_eos.sink import producer_pool
+
+    now = [0.0]
+    for name, value in (("_producers", {}), ("_clients", {}), ("_last_used", {}), ("_clock", lambda: now[0])):
+        monkeypatch.setattr(producer_pool, name, value)
+
+    def configuration(prefix: str):
+        options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "transactionalIdPrefix": prefix})
+        producer, admin = _Client(), _Client()
+        producer_pool._producers[producer_pool._producer_key(options, None)] = producer_pool.WorkerProducer(
+            f"{prefix}.0", producer, 1, 0)
+        producer_pool.worker_client(options, "admin", lambda: admin)
+        return options, (producer, admin)
+
+    return producer_pool, now, configuration
+
+
+def test_a_workers_clients_of_a_sink_configuration_idle_for_two_minutes_are_closed(worker_pool):
+    pool, now, configuration = worker_pool
+    (old, old_clients), (new, new_clients) = configuration("old"), configuration("new")
+    pool.close_idle_configurations(old)
+    now[0] = 60.0
+    pool.close_idle_configurations(new)
+    now[0] = pool.IDLE_CLOSE_S + 1  # old: idle past the limit; new: used 61 s ago
+    pool.close_idle_configurations(new)
+    assert [c.closed for c in old_clients] == [True, True]
+    assert [c.closed for c in new_clients] == [False, False]
+    assert pool.cached_slot(old) is None and pool.cached_slot(new) == 0
+
+
+def test_a_worker_keeps_the_clients_of_its_four_most_recently_used_sink_configurations(worker_pool):
+    pool, now, configuration = worker_pool
+    configurations = [configuration(f"q{i}") for i in range(6)]
+    for options, _ in configurations[:4] + configurations[:1] + configurations[4:]:  # q0 used again after q3
+        now[0] += 1
+        pool.close_idle_configurations(options)
+    closed = [name for name, (_, clients) in zip("012345", configurations) if all(c.closed for c in clients)]
+    assert closed == ["1", "2"]

@@ -342,6 +342,12 @@ class FencingClients:
             })
         return self._consumer
 
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+        if self._consumer is not None:
+            self._consumer.close()
+
 
 def fencing_clients_for(options: SinkOptions) -> FencingClients:
     """This worker's clients of the claims topic, made once per process like its producer."""

@@ -26,7 +26,8 @@ from ..errors import ConfigurationError
 from ..kafka.group_offsets import fetch_stable_commits
 from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import ID_PER_PARTITION, SinkOptions
-from .producer_pool import WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for
+from .producer_pool import (WorkerProducer, admin_for, cached_slot, close_idle_configurations, delivery_failures,
+                            discard, producer_for)
 from .provenance import collect, release
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
@@ -73,6 +74,7 @@ class EosKafkaCommitMessage(WriterCommitMessage):
 
 def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
     freeze_long_lived_objects()
+    close_idle_configurations(options)
     if options.exactly_once:
         # An idempotent producer's first record waits some 500 ms for its producer id (librdkafka
         # asks again on a 500 ms timer when no broker connection is up yet): made now, the claims
