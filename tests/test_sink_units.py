@@ -144,3 +144,54 @@ def test_a_worker_keeps_the_clients_of_its_four_most_recently_used_sink_configur
         pool.close_idle_configurations(options)
     closed = [name for name, (_, clients) in zip("012345", configurations) if all(c.closed for c in clients)]
     assert closed == ["1", "2"]
+
+
+class _QueueFullOnce:
+    """A producer whose queue is full at the second record; its retry is refused as given."""
+
+    def __init__(self, refusal=None):
+        self.sent, self.refusal, self.full = [], refusal, True
+
+    def produce(self, topic, value, key, partition, headers=None):
+        if len(self.sent) == 1 and self.full:
+            self.full = False
+            raise BufferError("queue full")
+        if self.refusal is not None and not self.full:
+            raise self.refusal
+        self.sent.append(value)
+
+    def poll(self, timeout):
+        return 0
+
+
+def test_a_record_refused_for_a_full_queue_is_sent_once_and_a_refused_retry_names_its_record():
+    from confluent_kafka import KafkaError, KafkaException
+    from pyspark_eos.sink.records import RecordColumns
+    from pyspark_eos.sink.transactional_writer import _produce_rows
+
+    columns = RecordColumns("t", None, None, [b"a", b"b", b"c"], None)
+    producer = _QueueFullOnce()
+    _produce_rows(producer, columns.rows(), False)
+    assert producer.sent == [b"a", b"b", b"c"]
+    refused = _QueueFullOnce(KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    with pytest.raises(KafkaException) as raised:
+        _produce_rows(refused, columns.rows(), False)
+    assert raised.value.row[:2] == ("t", b"b")
+
+
+def test_closing_an_idle_client_never_fails_the_task_that_closes_it(caplog):
+    from pyspark_eos.sink.producer_pool import close_client
+
+    class Broken:
+        purged = False
+
+        def purge(self):
+            self.purged = True
+
+        def close(self):
+            raise RuntimeError("already destroyed")
+
+    broken = Broken()
+    close_client(broken)
+    close_client(object())  # an AdminClient, or a Producer of confluent-kafka < 2.13: nothing to call
+    assert broken.purged and "closing an idle Kafka client failed: already destroyed" in caplog.text

@@ -44,7 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
 from .fault_hooks import ATTEMPT_FENCING_OFF, switched_off
 from .options import SinkOptions
-from .producer_pool import init_transactional_producer, worker_client
+from .producer_pool import close_client, init_transactional_producer, worker_client
 
 log = logging.getLogger(__name__)
 
@@ -343,10 +343,9 @@ class FencingClients:
         return self._consumer
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close()
-        if self._consumer is not None:
-            self._consumer.close()
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                close_client(client)
 
 
 def fencing_clients_for(options: SinkOptions) -> FencingClients:

@@ -154,12 +154,22 @@ def close_idle_configurations(options: SinkOptions) -> None:
         clients = [k for k in _clients if k[:len(config)] == config]
         log.info("closing %d producer(s) and %d other client(s) of a sink configuration last used %.0f s ago",
                  len(producers), len(clients), idle_s)
-        for key in producers:
-            _producers.pop(key).producer.close()
-        for key in clients:
-            close = getattr(_clients.pop(key), "close", None)
-            if close is not None:  # an AdminClient has no close(): dropped, it is destroyed
-                close()
+        for client in [_producers.pop(key).producer for key in producers] + [_clients.pop(key) for key in clients]:
+            close_client(client)
+
+
+def close_client(client) -> None:
+    """Close a client without waiting for what it still holds: a failure is logged, not raised,
+    since it must not fail the task of another query that triggered the closing."""
+    try:
+        # close() flushes, which waits up to message.timeout.ms for records a broker no longer
+        # takes; nothing an idle configuration left queued is waited for.
+        getattr(client, "purge", lambda: None)()
+        # An AdminClient, and a Producer before confluent-kafka 2.13, have no close(): dropped,
+        # they are destroyed.
+        getattr(client, "close", lambda: None)()
+    except Exception as error:  # noqa: BLE001 - see above
+        log.warning("closing an idle Kafka client failed: %s", error)
 
 
 def discard(options: SinkOptions, transactional_id: str) -> None:

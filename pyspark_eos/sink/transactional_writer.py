@@ -150,7 +150,7 @@ def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery:
         topics.require(columns.topic_names())
         rows = columns.rows()
         try:
-            if count == 0:  # the fault hook's "mid-produce" is right after the task's first record
+            if count == 0 and columns.values:  # the fault hook's "mid-produce": after the task's first record
                 _produce_rows(producer, islice(rows, 1), columns.headers is not None)
                 faults.stall_point(faults.STALL_MID_PRODUCE)
             _produce_rows(producer, rows, columns.headers is not None)
@@ -170,20 +170,21 @@ def _produce_rows(producer, rows: Iterator[tuple], with_headers: bool) -> None:
     carries that row as ``row`` to explain it."""
     produce = producer.produce
     topic = value = key = partition = headers = None
-    while True:
-        try:
-            if with_headers:
-                for topic, value, key, partition, headers in rows:
-                    produce(topic, value, key, partition, headers=headers)
-            else:
-                for topic, value, key, partition, headers in rows:
-                    produce(topic, value, key, partition)
-            return
-        except BufferError:  # the local queue is full: let deliveries drain it, then go on
-            _produce_when_queue_has_room(producer, topic, value, key, partition, headers)
-        except KafkaException as error:
-            error.row = (topic, value, key, partition, headers)
-            raise
+    try:
+        while True:
+            try:
+                if with_headers:
+                    for topic, value, key, partition, headers in rows:
+                        produce(topic, value, key, partition, headers=headers)
+                else:
+                    for topic, value, key, partition, headers in rows:
+                        produce(topic, value, key, partition)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it, then go on
+                _produce_when_queue_has_room(producer, topic, value, key, partition, headers)
+    except KafkaException as error:
+        error.row = (topic, value, key, partition, headers)
+        raise
 
 
 def _produce_when_queue_has_room(producer, topic, value, key, partition, headers) -> None:
