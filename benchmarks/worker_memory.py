@@ -78,7 +78,8 @@ class WorkerTrace:
         skip = int(len(values) * warm_up_fraction)
         steady = values[skip:] or values
         third = max(1, len(steady) // 3)
-        return {"pid": self.pid, "role": self.role, "samples": len(values), "peak_rss_mib": round(self.peak_kb / 1024, 1),
+        return {"pid": self.pid, "role": self.role, "samples": len(values),
+                "peak_rss_mib": round(self.peak_kb / 1024, 1),
                 "rss_mib_early": round(statistics.median(steady[:third]) / 1024, 1),
                 "rss_mib_late": round(statistics.median(steady[-third:]) / 1024, 1),
                 "kafka_clients_max": max(self.clients, default=0),

@@ -11,7 +11,6 @@ topic that does not exist.
 from __future__ import annotations
 
 import itertools
-from itertools import islice
 import logging
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -150,8 +149,8 @@ def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery:
         topics.require(columns.topic_names())
         rows = columns.rows()
         try:
-            if count == 0 and columns.values:  # the fault hook's "mid-produce": after the task's first record
-                _produce_rows(producer, islice(rows, 1), columns.headers is not None)
+            if count == 0 and columns.values:  # the fault hook's "mid-produce" is after the first record
+                _produce_rows(producer, itertools.islice(rows, 1), columns.headers is not None)
                 faults.stall_point(faults.STALL_MID_PRODUCE)
             _produce_rows(producer, rows, columns.headers is not None)
         except KafkaException as error:
