@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from pyspark_eos.testing.embedded_kafka import create_topic
 
 from .contenders import Ground
-from .workload import count_committed, unique
+from .workload import _produce as produce, count_committed, unique
 from .worker_memory import WorkerSampler
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class SteadyInput(threading.Thread):
         while (elapsed := time.monotonic() - started) < self.seconds:
             due = int(elapsed * self.rate) - self.written
             for _ in range(due):
-                producer.produce(self.topic, value, b"%d" % self.written, self.written % self.partitions)
+                produce(producer, self.topic, b"%d" % self.written, value, self.written % self.partitions)
                 self.written += 1
             producer.poll(0.05)
         if producer.flush(120):
