@@ -42,6 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
+from ..kafka.cluster import connected
 from .fault_hooks import ATTEMPT_FENCING_OFF, switched_off
 from .options import SinkOptions
 from .producer_pool import close_client, init_transactional_producer, worker_client
@@ -116,7 +117,8 @@ class ClaimsLog:
     def open_plan(self, group_id: str) -> FencingPlan:
         if self._producer is None:
             ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
-            self._producer = claims_producer(self.bootstrap_servers, self.kafka_params)
+            self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
+                                       self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
         value = json.dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()}).encode()
         offset = append(self._producer, self.topic, group_id, value)
         return FencingPlan(self.topic, offset)

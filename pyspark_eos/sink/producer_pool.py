@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from ..errors import KafkaClientError
+from ..kafka.cluster import connected
 from .options import ID_PER_PARTITION, SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 
@@ -102,8 +103,10 @@ def init_transactional_producer(bootstrap_servers: str, kafka_params: dict[str, 
         "transaction.timeout.ms": transaction_timeout_ms,
     })
     try:
-        producer.init_transactions(INIT_TIMEOUT_S)
-    except KafkaException as error:
+        # Every topic's metadata: the records' topics are not known yet, and asking for one the
+        # cluster lacks could create it (a producer's metadata requests allow auto-creation).
+        connected(producer, bootstrap_servers, INIT_TIMEOUT_S).init_transactions(INIT_TIMEOUT_S)
+    except (KafkaException, KafkaClientError) as error:
         raise KafkaClientError(
             f"initializing transactions for transactional id {transactional_id!r} failed: {error.args[0]}; "
             "check that the brokers are reachable and the principal may WRITE that transactional id"
