@@ -17,7 +17,13 @@ def draw(rows: list[dict]) -> list[Path]:
             drawn.append(_grouped_bars(selected, case_key, title, ylabel, RESULTS / f"{part[0]}.png"))
     txn = [row for row in rows if row["part"] == "txn"]
     if txn:
-        drawn.append(_batch_cost(txn, RESULTS / "txn-cost.png"))
+        drawn.append(_cost_curve(txn, "batch_records", "batch_p50_ms", "records per micro-batch",
+                                 "Per-batch cost against batch size", RESULTS / "txn-cost.png"))
+    scaling = [row for row in rows if row["part"] == "scaling"]
+    if scaling:
+        drawn.append(_cost_curve(scaling, "partitions", "steady_batch_ms", "input partitions",
+                                 "Per-batch cost against input partitions (batches after the first)",
+                                 RESULTS / "scaling-batch-cost.png"))
     memory = [row for row in rows if row["part"] == "memory"]
     if memory:
         drawn.append(_worker_memory(memory[-1], RESULTS / "worker-memory.png"))
@@ -53,18 +59,18 @@ def _grouped_bars(rows: list[dict], case_key: str, title: str, ylabel: str, path
     return path
 
 
-def _batch_cost(rows: list[dict], path: Path) -> Path:
+def _cost_curve(rows: list[dict], x_key: str, y_key: str, xlabel: str, title: str, path: Path) -> Path:
+    """One line per contender: a batch's duration (``y_key``) against ``x_key``, on a log x axis."""
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4.5))
     for name in dict.fromkeys(row["contender"] for row in rows):
-        points = sorted((r["batch_records"], r["batch_p50_ms"]) for r in rows
-                        if r["contender"] == name and r["batch_p50_ms"] is not None)
+        points = sorted((r[x_key], r[y_key]) for r in rows if r["contender"] == name and r.get(y_key) is not None)
         axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
     axes.set_xscale("log")
-    axes.set_xlabel("records per micro-batch")
-    axes.set_ylabel("p50 batch duration, ms")
-    axes.set_title("Per-batch cost against batch size")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel("batch duration, ms (median)")
+    axes.set_title(title)
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -61,10 +61,14 @@ def summarize(part: str, case: dict, runs: list[Run]) -> dict:
         "median_records_per_s": statistics.median(r.records_per_second for r in runs),
         "batch_p50_ms": percentile(batches, 0.5), "batch_p99_ms": percentile(batches, 0.99),
         # A query's start (group join, each worker's first clients) shows in its first batch.
-        "first_batch_ms": statistics.median(r.batch_ms[0] for r in runs) if all(r.batch_ms for r in runs) else None,
+        "first_batch_ms": _median_first([r.extra.get("warm_up_batch_ms") or r.batch_ms for r in runs]),
         "records_out": [r.records_out for r in runs],
         "extra": [r.extra for r in runs],
     }
+
+
+def _median_first(batch_lists: list[list[float]]) -> float | None:
+    return statistics.median(batches[0] for batches in batch_lists) if all(batch_lists) else None
 
 
 def print_phases(rows: list[dict]) -> None:
@@ -93,12 +97,12 @@ def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> Non
         base = reference["median_records_per_s"] if reference else 0
         ratio = row["median_records_per_s"] / base if base else None
         cells = [*(row[k] for k in case_keys), row["contender"], f"{row['median_records_per_s']:,.0f}",
-                 f"{ratio:.2f}x" if ratio else "-", _ms(row["batch_p50_ms"]), _ms(row["batch_p99_ms"]),
-                 _ms(row.get("first_batch_ms")), output_ok(row)]
+                 f"{ratio:.2f}x" if ratio else "-", ms(row["batch_p50_ms"]), ms(row["batch_p99_ms"]),
+                 ms(row.get("first_batch_ms")), output_ok(row)]
         print("  ".join(f"{str(c):>14}" for c in cells))
 
 
-def _ms(value: float | None) -> str:
+def ms(value: float | None) -> str:
     return f"{value:,.0f}" if value is not None else "-"
 
 

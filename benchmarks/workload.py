@@ -49,7 +49,7 @@ SCALES = {
                     memory_minutes=3, memory_rate=5_000),
     # About 40 minutes on 2 cores; per-task costs make 256 partitions slow, hence one repeat there.
     "full": Scale("full", copy_cases=((100, 3_000_000), (1000, 2_000_000)), partitions=8, repeats=3,
-                  batch_records=100_000, alone_records=500_000, scaling_partitions=(8, 64, 256),
+                  batch_records=100_000, alone_records=500_000, scaling_partitions=(8, 64, 256, 1024),
                   scaling_records=256_000, scaling_repeats=1, txn_batch_sizes=(1_000, 10_000, 100_000),
                   txn_batches=8, fencing_records=400_000, memory_minutes=20, memory_rate=5_000),
 }
