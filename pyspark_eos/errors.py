@@ -46,6 +46,11 @@ class UnassignedPartitionError(EosKafkaError):
     """A task would commit an offset for a partition its plan's group membership does not own."""
 
 
+class GroupRebalancedError(EosKafkaError):
+    """The pipeline's consumer group rebalanced during a batch; the task's transaction was aborted
+    and Spark's retry of the task commits under the new generation."""
+
+
 class TransactionFailedError(EosKafkaError):
     """A task's Kafka transaction failed and was aborted; none of its records are visible."""
 

@@ -1,6 +1,8 @@
 """Pure logic of the sink: options, input columns, and the commit decision (no broker)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -195,3 +197,22 @@ def test_closing_an_idle_client_never_fails_the_task_that_closes_it(caplog):
     close_client(broken)
     close_client(object())  # an AdminClient, or a Producer of confluent-kafka < 2.13: nothing to call
     assert broken.purged and "closing an idle Kafka client failed: already destroyed" in caplog.text
+
+
+def test_a_generation_stamp_survives_its_claims_topic_record():
+    stamp = dataclasses.replace(STAMP, metadata=b"CGMDv2:\x03\x00\x00\x00g\x00m\x00\x00i\x00", membership="run-1")
+    assert GroupStamp.from_record(stamp.to_record()) == stamp
+    assert GroupStamp.from_record(b'{"kind": "claim", "group": "g"}') is None
+    assert GroupStamp.from_record(b"not json") is None
+
+
+def test_a_plan_commits_under_the_newest_generation_of_its_own_membership_only():
+    planned = dataclasses.replace(STAMP, membership="run-1")
+    plan = CommitPlan(((planned, PLAN.ranges),))
+    newer = dataclasses.replace(planned, generation=5, metadata=b"CGMDv2:5")
+    newest = dataclasses.replace(planned, generation=6, metadata=b"CGMDv2:6")
+    other_instance = dataclasses.replace(planned, generation=9, membership="run-2")
+    older = dataclasses.replace(planned, generation=2)
+    assert plan.restamped([newer, other_instance, newest, older]).by_member[0][0] == newest
+    assert plan.restamped([other_instance, older]).by_member[0][0] == planned
+    assert plan.restamped([dataclasses.replace(newer, group_id="other")]).by_member[0][0] == planned

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterable
@@ -43,6 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
 from ..kafka.cluster import connected
+from ..source.group_membership import GroupStamp
 from .fault_hooks import ATTEMPT_FENCING_OFF, switched_off
 from .options import SinkOptions
 from .producer_pool import close_client, init_transactional_producer, worker_client
@@ -106,22 +108,34 @@ class Claim:
 # ------------------------------------------------------------------------------ driver side
 
 class ClaimsLog:
-    """The driver's end of the claims topic: creates it once, appends one plan record per plan."""
+    """The driver's end of the claims topic: creates it once, appends one plan record per plan and
+    one stamp record per generation of the group membership (sink/rebalance)."""
 
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str):
         self.bootstrap_servers = bootstrap_servers
         self.kafka_params = kafka_params
         self.topic = topic
         self._producer: Producer | None = None
+        self._lock = threading.Lock()  # planning and the group membership's thread both append
 
     def open_plan(self, group_id: str) -> FencingPlan:
-        if self._producer is None:
-            ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
-            self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
-                                       self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
         value = json.dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()}).encode()
-        offset = append(self._producer, self.topic, group_id, value)
-        return FencingPlan(self.topic, offset)
+        return FencingPlan(self.topic, append(self._ready_producer(), self.topic, group_id, value))
+
+    def record_stamp(self, stamp: GroupStamp) -> None:
+        """Append a new generation's stamp: tasks of a plan stamped with an older generation of the
+        same membership commit under it (a rebalance during their batch)."""
+        offset = append(self._ready_producer(), self.topic, stamp.group_id, stamp.to_record())
+        log.info("generation %d of consumer group %r recorded at %s@%d", stamp.generation, stamp.group_id,
+                 self.topic, offset)
+
+    def _ready_producer(self) -> Producer:
+        with self._lock:
+            if self._producer is None:
+                ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
+                self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
+                                           self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
+            return self._producer
 
 
 def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str) -> None:
@@ -189,12 +203,16 @@ class AttemptClaim:
     start: int  # the earliest plan record of the task's input: where its claims begin
     offset: int
     clients: "FencingClients"
+    # The group generations recorded since the task's plans (a rebalance during the batch).
+    stamps: tuple[GroupStamp, ...] = ()
 
     def enforce(self) -> None:
         """Refuse if a newer attempt has claimed this input; fence every older one that may commit."""
         own = self.claim
-        rivals = [c for c in _read(self.clients.consumer(), self.topic, self.start, self.offset)
-                  if c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
+        records = _read(self.clients.consumer(), self.topic, self.start, self.offset)
+        self.stamps = tuple(r for r in records if isinstance(r, GroupStamp) and r.group_id == own.group)
+        rivals = [c for c in records if isinstance(c, Claim)
+                  and c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
         newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
         if newer:
             raise StaleAttemptError(
@@ -205,6 +223,14 @@ class AttemptClaim:
             )
         for zombie in _unreleased_older(rivals, own):
             fence(self.clients, zombie, own)
+
+    def newer_generation(self, stamp: GroupStamp, timeout_s: float) -> GroupStamp | None:
+        """The first generation of ``stamp``'s membership newer than it recorded after this claim,
+        waiting up to ``timeout_s`` for it (the driver records it once its rebalance completes)."""
+        def newer(record) -> bool:
+            return (isinstance(record, GroupStamp) and record.membership == stamp.membership
+                    and record.generation > stamp.generation)
+        return _await(self.clients.consumer(), self.topic, self.offset + 1, newer, timeout_s)
 
     def release(self) -> None:
         # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.
@@ -261,8 +287,8 @@ def fence(clients: "FencingClients", zombie: Claim, own: Claim) -> None:
                 zombie.transactional_id, time.monotonic() - started)
 
 
-def _read(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
-    """The claims topic from ``start`` to ``last`` inclusive."""
+def _read(consumer: Consumer, topic: str, start: int, last: int) -> list:
+    """The claims and stamps in the claims topic from ``start`` to ``last`` inclusive."""
     if last < start:
         raise StaleAttemptError(
             f"the claims topic {topic!r} ends at {last}, before this plan's record at {start}: it was deleted "
@@ -277,8 +303,28 @@ def _read(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
         consumer.unassign()
 
 
-def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> list[Claim]:
-    claims: list[Claim] = []
+def _await(consumer: Consumer, topic: str, start: int, wanted, timeout_s: float):
+    """The first record from ``start`` on for which ``wanted`` is true, or None after ``timeout_s``."""
+    consumer.assign([TopicPartition(topic, 0, start)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and not _skippable(message.error(), topic, start):
+                record = _parse(message)
+                if wanted(record):
+                    return record
+        return None
+    finally:
+        consumer.unassign()
+
+
+def _parse(message) -> "Claim | GroupStamp | None":
+    return Claim.from_message(message) or GroupStamp.from_record(message.value())
+
+
+def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> list:
+    records: list = []
     position = start
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
     while position <= last:
@@ -290,10 +336,10 @@ def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> lis
         if message is None or _skippable(message.error(), topic, start):
             continue
         position = message.offset() + 1
-        claim = Claim.from_message(message) if message.offset() <= last else None
-        if claim is not None:
-            claims.append(claim)
-    return claims
+        record = _parse(message) if message.offset() <= last else None
+        if record is not None:
+            records.append(record)
+    return records
 
 
 def _skippable(error: KafkaError | None, topic: str, start: int) -> bool:

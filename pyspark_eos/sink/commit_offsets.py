@@ -14,6 +14,7 @@ stably, so an open transaction of a dead predecessor is waited out):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from enum import Enum
@@ -51,6 +52,18 @@ class CommitPlan:
 
     def describe(self) -> str:
         return ", ".join(map(str, self.ranges))
+
+    def restamped(self, stamps) -> "CommitPlan":
+        """This plan under the newest of ``stamps`` that belongs to the same membership as a
+        member's stamp and carries a newer generation: the group rebalanced during the batch (input
+        partitions added, a session timeout) and the broker takes offsets only with the current
+        generation. Another instance's membership is never taken: it is the one fencing this."""
+        by_member = []
+        for stamp, ranges in self.by_member:
+            newer = [s for s in stamps if s.membership == stamp.membership and s.group_id == stamp.group_id
+                     and s.generation > stamp.generation]
+            by_member.append((max(newer, key=lambda s: s.generation, default=stamp), ranges))
+        return dataclasses.replace(self, by_member=tuple(by_member))
 
 
 def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:

@@ -28,6 +28,7 @@ from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import (WorkerProducer, admin_for, cached_slot, close_idle_configurations, delivery_failures,
                             discard, producer_for)
 from .provenance import collect, release
+from .rebalance import raise_if_rebalanced, under_current_generation
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
 from .transactional_id_factory import lease_input_partition, lease_slot
@@ -123,7 +124,8 @@ def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worke
             claim = _claim(options, plan, task, worker)
             if claim is not None:
                 claim.enforce()
-        outcome = _commit(worker, options, task, plan, count, delivery)
+                plan = under_current_generation(plan, claim, task.describe())
+        outcome = _commit(worker, options, task, plan, count, delivery, claim)
     except Exception as error:
         if _abort(worker, options, error) and claim is not None:
             claim.release()
@@ -221,7 +223,7 @@ def _claim(options: SinkOptions, plan: CommitPlan, task: TaskInfo, worker: Worke
 
 
 def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
-            count: int, delivery: DeliveryErrors) -> str:
+            count: int, delivery: DeliveryErrors, claim: AttemptClaim | None = None) -> str:
     producer = worker.producer
     if plan is not None:
         committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
@@ -235,7 +237,11 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
         for stamp, ranges in plan.by_member:
             metadata = partition_metadata(stamp.generation, task.batch_id, task.query_id)
             offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in ranges]
-            producer.send_offsets_to_transaction(offsets, stamp.metadata, COMMIT_TIMEOUT_S)
+            try:
+                producer.send_offsets_to_transaction(offsets, stamp.metadata, COMMIT_TIMEOUT_S)
+            except KafkaException as error:
+                raise_if_rebalanced(error, stamp, claim, task.describe())
+                raise
     elif count == 0:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "nothing to write"

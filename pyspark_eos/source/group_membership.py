@@ -14,11 +14,15 @@ keeps running there, so the membership is kept alive from one.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import logging
 import struct
 import threading
+import uuid
 from dataclasses import dataclass
+from typing import Callable
 
 from confluent_kafka import Consumer, KafkaError
 
@@ -27,7 +31,9 @@ from ..errors import EosKafkaError, FencedError
 log = logging.getLogger(__name__)
 
 _METADATA_MAGIC = b"CGMDv2:"
+STAMP = "stamp"  # the kind of a claims-topic record that carries a generation's stamp
 JOIN_TIMEOUT_S = 60.0
+METADATA_REFRESH_MS = "2000"
 
 
 def instance_id_for(group_id: str, subscription: str) -> str:
@@ -54,10 +60,32 @@ class GroupStamp:
     member_id: str
     instance_id: str | None
     assignment: frozenset[tuple[str, int]]
+    # Which GroupMembership (one query run's driver) holds the membership: a task may commit under
+    # a newer generation of its own plan's membership, never under another instance's.
+    membership: str = ""
 
     def describe(self) -> str:
         return (f"group {self.group_id!r} generation {self.generation} member {self.member_id!r} "
                 f"(instance {self.instance_id!r})")
+
+    def to_record(self) -> bytes:
+        """The stamp as a record of the claims topic, where the plan's tasks find it (rebalances)."""
+        return json.dumps({"kind": STAMP, "group": self.group_id, "membership": self.membership,
+                           "generation": self.generation, "member": self.member_id, "instance": self.instance_id,
+                           "assignment": sorted(self.assignment),
+                           "metadata": base64.b64encode(self.metadata).decode()}).encode()
+
+    @classmethod
+    def from_record(cls, value: bytes) -> "GroupStamp | None":
+        """The stamp in a claims topic record; None for any other record."""
+        try:
+            data = json.loads(value)
+            if data.get("kind") != STAMP:
+                return None
+            return cls(base64.b64decode(data["metadata"]), data["group"], int(data["generation"]), data["member"],
+                       data["instance"], frozenset((t, p) for t, p in data["assignment"]), data["membership"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
 
 def parse_group_metadata(metadata: bytes) -> tuple[int, str, str, str | None]:
@@ -79,8 +107,12 @@ class GroupMembership:
     """Joins ``group_id`` as a static member subscribed to the input topics, from a daemon thread."""
 
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group_id: str,
-                 topics: list[str] | None = None, pattern: str | None = None):
+                 topics: list[str] | None = None, pattern: str | None = None,
+                 on_generation: Callable[[GroupStamp], None] | None = None):
         self.group_id = group_id
+        self.token = uuid.uuid4().hex[:16]
+        # Called with each new generation's stamp before stamp() returns it (see _on_assign).
+        self._on_generation = on_generation
         self.instance_id = instance_id_for(group_id, pattern or ",".join(sorted(topics or [])))
         self._config = {
             **kafka_params,
@@ -89,6 +121,12 @@ class GroupMembership:
             "group.instance.id": self.instance_id,
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
+            # The group's leader (a query's driver member) rejoins when a metadata refresh shows
+            # partitions added to the subscription, which starts the rebalance that assigns them;
+            # librdkafka refreshes every 5 minutes by default, and a plan that reads the new
+            # partitions waits for that assignment (stamp_holding).
+            "topic.metadata.refresh.interval.ms": kafka_params.get("topic.metadata.refresh.interval.ms",
+                                                                   METADATA_REFRESH_MS),
             # Fencing (FENCED_INSTANCE_ID on a heartbeat) is a client-level fatal error: librdkafka
             # reports it through error_cb, not as a message from poll().
             "error_cb": self._on_error,
@@ -111,6 +149,22 @@ class GroupMembership:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(30)
+
+    def stamp_holding(self, partitions, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
+        """The current membership once it is assigned every one of ``partitions`` (input partitions
+        added to a subscribed topic are assigned by the rebalance that follows), or after
+        ``timeout`` as it is: the tasks' ownership check then names what another member holds."""
+        wanted = set(partitions)
+        stamp = self.stamp(timeout)
+        if wanted <= stamp.assignment:
+            return stamp
+        log.info("partitions %s are not assigned to this query's member of consumer group %r yet (added to the "
+                 "topic?): waiting up to %.0f s for the group's rebalance", sorted(wanted - stamp.assignment),
+                 self.group_id, timeout)
+        with self._state:
+            self._state.wait_for(lambda: self._fenced is not None or (
+                self._stamp is not None and wanted <= self._stamp.assignment), timeout)
+        return self.stamp(timeout)
 
     def stamp(self, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
         """The current membership, waiting for the join (or a rebalance) to finish."""
@@ -146,10 +200,21 @@ class GroupMembership:
         metadata = consumer.consumer_group_metadata()
         generation, group, member, instance = parse_group_metadata(metadata)
         assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
+        stamp = GroupStamp(metadata, group, generation, member, instance, assignment, self.token)
+        if self._on_generation is not None:
+            # Before the stamp is handed out: a plan stamped with the previous generation then has
+            # its claims-topic record before this stamp's record (planning appends the plan's
+            # record, then takes the stamp, and on_revoke hid the previous one meanwhile), so its
+            # tasks, which read the claims from their plan's record on, find the new generation.
+            try:
+                self._on_generation(stamp)
+            except Exception as error:  # noqa: BLE001 - the membership itself is fine
+                log.warning("recording generation %d of consumer group %r failed (%s): a batch that spans "
+                            "this rebalance cannot commit under it and fails", generation, group, error)
         with self._state:
-            self._stamp = GroupStamp(metadata, group, generation, member, instance, assignment)
+            self._stamp = stamp
             self._state.notify_all()
-        log.info("joined %s with %d partition(s)", self._stamp.describe(), len(assignment))
+        log.info("joined %s with %d partition(s)", stamp.describe(), len(assignment))
 
     def _on_revoke(self, consumer: Consumer, partitions) -> None:
         with self._state:

@@ -42,8 +42,11 @@ class SourcePlanner:
     def plan(self, start: Offsets, end: Offsets) -> list[KafkaInputPartition]:
         earliest = self.kafka.earliest(list(end))
         ranges = plan_ranges(start, end, earliest, self.options.fail_on_data_loss)
-        group = self.join_group()
-        fencing = self._claims.open_plan(group.group_id) if group and ranges else None
+        group_id = self.options.group_id
+        # The plan's record first, then the stamp: a generation newer than the stamp is then
+        # recorded after the plan's record, where the plan's tasks look for it (sink/rebalance).
+        fencing = self._claims.open_plan(group_id) if group_id and ranges else None
+        group = self._membership_holding([r.key for r in ranges])
         log.info("planned %d range(s): %s%s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
                  f" under {group.describe()}" if group else "",
                  f", claims from {fencing.topic}@{fencing.epoch}" if fencing else "")
@@ -62,6 +65,11 @@ class SourcePlanner:
         return frozenset(r.key for r in ranges if found.get(r.key) is not None
                          and found[r.key].offset not in (None, r.start))
 
+    def _membership_holding(self, partitions: list) -> GroupStamp | None:
+        if self.join_group() is None:
+            return None
+        return self._membership.stamp_holding(partitions)
+
     def join_group(self) -> GroupStamp | None:
         """Join (once) and return the current membership; None without kafka.group.id."""
         if self.options.group_id is None:
@@ -75,10 +83,10 @@ class SourcePlanner:
         subscription = self.options.subscription
         if subscription.kind == "subscribePattern":
             return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
-                                   pattern=subscription.pattern.pattern)
+                                   pattern=subscription.pattern.pattern, on_generation=self._claims.record_stamp)
         topics = subscription.topics or sorted({topic for topic, _ in subscription.assigned})
         return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
-                               topics=list(topics))
+                               topics=list(topics), on_generation=self._claims.record_stamp)
 
     def close(self) -> None:
         if self._membership is not None:

@@ -1,0 +1,86 @@
+"""The query rides through a rebalance of its consumer group: input partitions added while a batch
+is written make the group's generation move on, and Kafka then refuses the batch's offsets under
+the generation it was planned with. The batch commits under the new one, exactly once."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from pyspark_eos.source.group_membership import GroupStamp
+from pyspark_eos.source.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.testing import fault_injection as faults
+from pyspark_eos.testing.local_spark import executor_local_dirs
+
+from .kafka_tools import committed_offsets, last_stable_offsets, read_committed, wait_until, write_transactions
+from .spark_tools import PARTITIONS, Pipeline
+
+
+def recorded_generations(bootstrap: str, group: str) -> list[int]:
+    """The generations of ``group`` the query's driver recorded in the claims topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rebalance-test-reader",
+                         "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(DEFAULT_CLAIMS_TOPIC, 0, 0)])
+    generations = []
+    try:
+        while (message := consumer.poll(5)) is not None and message.error() is None:
+            stamp = GroupStamp.from_record(message.value())
+            if stamp is not None and stamp.group_id == group:
+                generations.append(stamp.generation)
+    finally:
+        consumer.close()
+    return generations
+
+
+def add_partition(bootstrap: str, topic: str, total: int) -> None:
+    AdminClient({"bootstrap.servers": bootstrap}).create_partitions([NewPartitions(topic, total)])[topic].result(30)
+
+
+@pytest.mark.spark_local_cluster
+@pytest.mark.parametrize("point", [faults.STALL_BEFORE_PRODUCE, faults.STALL_AFTER_STABLE_READ])
+def test_a_rebalance_during_a_batch_commits_it_under_the_new_generation(spark_cluster, kafka, tmp_path, point):
+    # Stalled before its claim, the task finds the new generation with its claims; stalled after
+    # them, Kafka refuses its offsets, and Spark's retry of the task finds it.
+    pipeline = Pipeline(kafka, tmp_path)
+    resume = tmp_path / "resume"
+    marker = faults.arm(point, sorted(executor_local_dirs(spark_cluster))[0], resume_file=str(resume),
+                        report_dir=str(tmp_path))
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pipeline.run(spark_cluster)
+        except BaseException as error:  # noqa: BLE001 - reported by the test's thread below
+            failure.append(error)
+
+    query = threading.Thread(target=run)
+    query.start()
+    wait_until(lambda: faults.stall_report(marker, "stalled", tmp_path), 120, "the write task to stall")
+    first = max(wait_until(lambda: recorded_generations(pipeline.bootstrap, pipeline.group), 30,
+                           "the query's first generation to be recorded"))
+    add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
+    wait_until(lambda: max(recorded_generations(pipeline.bootstrap, pipeline.group)) > first, 60,
+               "the rebalance that follows the added partition")
+    resume.write_text("go")
+    query.join(300)
+    assert not query.is_alive(), "the query did not finish"
+    assert not failure, f"the query failed: {failure[0]}"
+    pipeline.assert_exactly_once()
+
+
+@pytest.mark.spark_local_cluster
+def test_partitions_added_while_the_query_runs_are_read_from_their_start(spark_cluster, kafka, tmp_path):
+    pipeline = Pipeline(kafka, tmp_path, rounds=3)
+    pipeline.run(spark_cluster)
+    add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
+    write_transactions(pipeline.bootstrap, pipeline.input, [(True, [(PARTITIONS, b"new-%d" % i) for i in range(4)])])
+    pipeline.add_input(3, 2)
+    pipeline.run(spark_cluster)
+    values = pipeline.output_values()
+    expected = [r.value for r in read_committed(pipeline.bootstrap, pipeline.input, partitions=PARTITIONS + 1)]
+    assert sorted(values) == sorted(expected) and len(values) == len(set(values))
+    assert {b"new-%d" % i for i in range(4)} <= set(values)
+    assert committed_offsets(pipeline.bootstrap, pipeline.group, pipeline.input, PARTITIONS + 1) == \
+        last_stable_offsets(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
