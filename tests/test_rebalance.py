@@ -3,8 +3,6 @@ is written make the group's generation move on, and Kafka then refuses the batch
 the generation it was planned with. The batch commits under the new one, exactly once."""
 from __future__ import annotations
 
-import threading
-
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -15,7 +13,7 @@ from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .kafka_tools import committed_offsets, last_stable_offsets, read_committed, wait_until, write_transactions
-from .spark_tools import PARTITIONS, Pipeline
+from .spark_tools import PARTITIONS, Pipeline, eos_pipeline
 
 
 def recorded_generations(bootstrap: str, group: str) -> list[int]:
@@ -35,7 +33,8 @@ def recorded_generations(bootstrap: str, group: str) -> list[int]:
 
 
 def add_partition(bootstrap: str, topic: str, total: int) -> None:
-    AdminClient({"bootstrap.servers": bootstrap}).create_partitions([NewPartitions(topic, total)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer arrives
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
 
 
 @pytest.mark.spark_local_cluster
@@ -47,40 +46,47 @@ def test_a_rebalance_during_a_batch_commits_it_under_the_new_generation(spark_cl
     resume = tmp_path / "resume"
     marker = faults.arm(point, sorted(executor_local_dirs(spark_cluster))[0], resume_file=str(resume),
                         report_dir=str(tmp_path))
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            pipeline.run(spark_cluster)
-        except BaseException as error:  # noqa: BLE001 - reported by the test's thread below
-            failure.append(error)
-
-    query = threading.Thread(target=run)
-    query.start()
-    wait_until(lambda: faults.stall_report(marker, "stalled", tmp_path), 120, "the write task to stall")
-    first = max(wait_until(lambda: recorded_generations(pipeline.bootstrap, pipeline.group), 30,
-                           "the query's first generation to be recorded"))
-    add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
-    wait_until(lambda: max(recorded_generations(pipeline.bootstrap, pipeline.group)) > first, 60,
-               "the rebalance that follows the added partition")
-    resume.write_text("go")
-    query.join(300)
-    assert not query.is_alive(), "the query did not finish"
-    assert not failure, f"the query failed: {failure[0]}"
+    writer = eos_pipeline(spark_cluster, pipeline.bootstrap, pipeline.input, pipeline.output, pipeline.group,
+                          startingOffsets="earliest", maxOffsetsPerTrigger=9)
+    query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(availableNow=True).start()
+    try:
+        wait_until(lambda: not query.isActive or faults.stall_report(marker, "stalled", tmp_path), 120,
+                   "the write task to stall")
+        assert query.isActive, f"the query ended before the stall: {query.exception()}"
+        first = max(wait_until(lambda: recorded_generations(pipeline.bootstrap, pipeline.group), 30,
+                               "the query's first generation to be recorded"))
+        add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
+        wait_until(lambda: max(recorded_generations(pipeline.bootstrap, pipeline.group)) > first, 60,
+                   "the rebalance that follows the added partition")
+        resume.write_text("go")
+        assert query.awaitTermination(300), "the query did not finish in 300 s"  # raises if it failed
+    finally:
+        resume.write_text("go")
+        if query.isActive:
+            query.stop()
     pipeline.assert_exactly_once()
 
 
 @pytest.mark.spark_local_cluster
 def test_partitions_added_while_the_query_runs_are_read_from_their_start(spark_cluster, kafka, tmp_path):
     pipeline = Pipeline(kafka, tmp_path, rounds=3)
-    pipeline.run(spark_cluster)
-    add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
-    write_transactions(pipeline.bootstrap, pipeline.input, [(True, [(PARTITIONS, b"new-%d" % i) for i in range(4)])])
-    pipeline.add_input(3, 2)
-    pipeline.run(spark_cluster)
+    writer = eos_pipeline(spark_cluster, pipeline.bootstrap, pipeline.input, pipeline.output, pipeline.group,
+                          startingOffsets="earliest", maxOffsetsPerTrigger=9)
+    query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds").start()
+    try:
+        wait_until(lambda: not query.isActive or sorted(pipeline.output_values()) == sorted(pipeline.input_values()),
+                   120, "the first records to be copied")
+        add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
+        write_transactions(pipeline.bootstrap, pipeline.input, [(True, [(PARTITIONS, b"new-%d" % i) for i in range(4)])])
+        pipeline.add_input(3, 2)
+        expected = sorted(r.value for r in read_committed(pipeline.bootstrap, pipeline.input, partitions=PARTITIONS + 1))
+        wait_until(lambda: not query.isActive or sorted(pipeline.output_values()) == expected, 120,
+                   "the records of the added partition and the later ones to be copied")
+        assert query.isActive, f"the query stopped: {query.exception()}"
+        wait_until(lambda: committed_offsets(pipeline.bootstrap, pipeline.group, pipeline.input, PARTITIONS + 1)
+                   == last_stable_offsets(pipeline.bootstrap, pipeline.input, PARTITIONS + 1), 60,
+                   "the group's offsets to reach the input's end")
+    finally:
+        query.stop()
     values = pipeline.output_values()
-    expected = [r.value for r in read_committed(pipeline.bootstrap, pipeline.input, partitions=PARTITIONS + 1)]
-    assert sorted(values) == sorted(expected) and len(values) == len(set(values))
-    assert {b"new-%d" % i for i in range(4)} <= set(values)
-    assert committed_offsets(pipeline.bootstrap, pipeline.group, pipeline.input, PARTITIONS + 1) == \
-        last_stable_offsets(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
+    assert len(values) == len(set(values)) and {b"new-%d" % i for i in range(4)} <= set(values)

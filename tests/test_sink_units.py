@@ -216,3 +216,10 @@ def test_a_plan_commits_under_the_newest_generation_of_its_own_membership_only()
     assert plan.restamped([newer, other_instance, newest, older]).by_member[0][0] == newest
     assert plan.restamped([other_instance, older]).by_member[0][0] == planned
     assert plan.restamped([dataclasses.replace(newer, group_id="other")]).by_member[0][0] == planned
+
+
+def test_a_task_hands_its_plans_membership_over_to_its_writer():
+    from pyspark_eos.sink.provenance import _from_json, _to_json
+
+    provenance = Provenance(PLAN.ranges, dataclasses.replace(STAMP, membership="run-1"))
+    assert _from_json(_to_json(provenance)) == provenance

@@ -11,7 +11,6 @@ so write() finds nothing, which is how the shuffle is detected.
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -91,14 +90,7 @@ def _to_json(provenance: Provenance) -> dict:
     return {
         "ranges": [[r.topic, r.partition, r.start, r.end] for r in provenance.ranges],
         "fencing": None if fencing is None else [fencing.topic, fencing.epoch],
-        "group": None if group is None else {
-            "metadata": base64.b64encode(group.metadata).decode(),
-            "group_id": group.group_id,
-            "generation": group.generation,
-            "member_id": group.member_id,
-            "instance_id": group.instance_id,
-            "assignment": sorted(group.assignment),
-        },
+        "group": None if group is None else group.as_json(),
     }
 
 
@@ -108,12 +100,5 @@ def _from_json(data: dict) -> Provenance:
     group = data["group"]
     if group is None:
         return Provenance(ranges, None, fencing)
-    stamp = GroupStamp(
-        metadata=base64.b64decode(group["metadata"]),
-        group_id=group["group_id"],
-        generation=group["generation"],
-        member_id=group["member_id"],
-        instance_id=group["instance_id"],
-        assignment=frozenset((t, p) for t, p in group["assignment"]),
-    )
+    stamp = GroupStamp.from_json(group)
     return Provenance(ranges, stamp, fencing)

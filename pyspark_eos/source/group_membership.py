@@ -68,23 +68,27 @@ class GroupStamp:
         return (f"group {self.group_id!r} generation {self.generation} member {self.member_id!r} "
                 f"(instance {self.instance_id!r})")
 
+    def as_json(self) -> dict:
+        return {"metadata": base64.b64encode(self.metadata).decode(), "group_id": self.group_id,
+                "generation": self.generation, "member_id": self.member_id, "instance_id": self.instance_id,
+                "assignment": sorted(self.assignment), "membership": self.membership}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "GroupStamp":
+        return cls(base64.b64decode(data["metadata"]), data["group_id"], int(data["generation"]), data["member_id"],
+                   data["instance_id"], frozenset((t, p) for t, p in data["assignment"]), data.get("membership", ""))
+
     def to_record(self) -> bytes:
         """The stamp as a record of the claims topic, where the plan's tasks find it (rebalances)."""
-        return json.dumps({"kind": STAMP, "group": self.group_id, "membership": self.membership,
-                           "generation": self.generation, "member": self.member_id, "instance": self.instance_id,
-                           "assignment": sorted(self.assignment),
-                           "metadata": base64.b64encode(self.metadata).decode()}).encode()
+        return json.dumps({"kind": STAMP, **self.as_json()}).encode()
 
     @classmethod
     def from_record(cls, value: bytes) -> "GroupStamp | None":
         """The stamp in a claims topic record; None for any other record."""
         try:
             data = json.loads(value)
-            if data.get("kind") != STAMP:
-                return None
-            return cls(base64.b64decode(data["metadata"]), data["group"], int(data["generation"]), data["member"],
-                       data["instance"], frozenset((t, p) for t, p in data["assignment"]), data["membership"])
-        except (ValueError, KeyError, TypeError):
+            return cls.from_json(data) if data.get("kind") == STAMP else None
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
 
