@@ -56,8 +56,17 @@ def is_retriable(error: BaseException) -> bool:
     return error_code(error) in RETRIABLE_CODES
 
 
-def with_retries(call: Callable[[], T], what: str, timeout_s: float = 60.0, backoff: Backoff = Backoff()) -> T:
-    """``call()``, retried on retriable Kafka errors for at most ``timeout_s``."""
+# Errors that say the client's metadata names the wrong leader (or an old leader epoch).
+LEADERSHIP_CODES = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+})
+
+
+def with_retries(call: Callable[[], T], what: str, timeout_s: float = 60.0, backoff: Backoff = Backoff(),
+                 on_retry: Callable[[KafkaException], None] | None = None) -> T:
+    """``call()``, retried on retriable Kafka errors for at most ``timeout_s``; ``on_retry(error)``
+    runs before each retry."""
     deadline = time.monotonic() + timeout_s
     for attempt, delay in enumerate(backoff.delays(), start=1):
         try:
@@ -67,5 +76,7 @@ def with_retries(call: Callable[[], T], what: str, timeout_s: float = 60.0, back
             if not is_retriable(error) or remaining <= 0:
                 raise
             log.info("%s: %s; retry %d in %.2f s", what, error, attempt, min(delay, remaining))
+            if on_retry is not None:
+                on_retry(error)
             time.sleep(min(delay, remaining))
     raise AssertionError("unreachable")

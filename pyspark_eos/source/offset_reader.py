@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.cluster import create_command, list_topics, reachable_admin
 from ..kafka.group_offsets import fetch_stable_committed_offsets
-from ..kafka.retries import with_retries
+from ..kafka.retries import LEADERSHIP_CODES, error_code, with_retries
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ class KafkaOffsetReader:
         if not request:
             return {}
         try:
-            return with_retries(lambda: self._list_offsets_once(request), f"listing {what} offsets")
+            return with_retries(lambda: self._list_offsets_once(request), f"listing {what} offsets",
+                                on_retry=self._forget_stale_leaders)
         except KafkaException as error:
             raise KafkaClientError(
                 f"listing the {what} offsets of {sorted(request)} failed: {error.args[0]}; "
@@ -96,4 +97,18 @@ class KafkaOffsetReader:
             {TopicPartition(topic, partition): spec for (topic, partition), spec in request.items()},
             isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=REQUEST_TIMEOUT_S,
         )
-        return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+        offsets = {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+        unanswered = sorted(key for key, offset in offsets.items() if offset == OFFSET_INVALID)
+        if unanswered:
+            # Seen right after a partition's leader stopped: librdkafka answers OFFSET_INVALID
+            # without an error for the partitions it sent to the old leader.
+            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                            f"no offset returned for {unanswered} (their leader moved)"))
+        return offsets
+
+    def _forget_stale_leaders(self, error: KafkaException) -> None:
+        """After a leader moved, librdkafka's admin client kept asking the old leader (or sending
+        the old leader epoch, FENCED_LEADER_EPOCH) for minutes: a new client looks the leaders up."""
+        if error_code(error) in LEADERSHIP_CODES and self._admin is not None:
+            log.info("partition leaders moved (%s); asking again with a new admin client", error.args[0])
+            self._admin = None

@@ -198,6 +198,15 @@ class EmbeddedKafkaCluster:
         self._processes.pop(node_id, None)
         self.save_state()
 
+    def stop_node(self, node_id: int, grace: float = 60.0) -> None:
+        """Stop a node cleanly (SIGTERM: it hands over its leaderships first); SIGKILL after ``grace``."""
+        node = self.node(node_id)
+        if self._alive(node):
+            os.kill(self.pids[node_id], signal.SIGTERM)
+            if not self._wait_exit(node, time.monotonic() + grace):
+                log.warning("node %d did not stop in %.0f s; killing it", node_id, grace)
+        self.kill_node(node_id)
+
     def restart_node(self, node_id: int, timeout: float = 120.0) -> None:
         """Start a stopped node again with its id, ports and data, and wait until it is back."""
         node = self.node(node_id)
