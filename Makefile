@@ -5,8 +5,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+CHAOS_SEED ?=
+CHAOS_FAULTS ?= 200
+CHAOS_MINUTES ?= 120
 
-.PHONY: demo test setup broker-jars dist bench spin model
+.PHONY: demo test setup broker-jars dist bench chaos spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -36,6 +39,10 @@ dist: $(STAMP)
 ## bench: the side-by-side benchmarks (see benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run
 bench: setup $(VENV)/.bench-installed
 	$(PY) -m benchmarks.bench $(BENCH_ARGS)
+
+## chaos: the chaos campaign (docs/chaos.md): CHAOS_SEED (default: random, printed), CHAOS_FAULTS, CHAOS_MINUTES
+chaos: setup $(VENV)/.bench-installed
+	$(PY) -m pyspark_eos.testing.chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --faults $(CHAOS_FAULTS) --minutes $(CHAOS_MINUTES)
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat

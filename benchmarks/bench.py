@@ -33,7 +33,7 @@ from pathlib import Path
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders, plots, report, soak
-from .worker_memory import WorkerSampler
+from pyspark_eos.testing.processes import WorkerSampler
 from .workload import SCALES, Scale, unique, write_input
 
 log = logging.getLogger("benchmarks")

@@ -59,7 +59,7 @@ class Ground:
 
     @property
     def jvm_pid(self) -> int:
-        """The Spark JVM's process id: its Python processes are the ones sampled (worker_memory)."""
+        """The Spark JVM's process id: its Python processes are the ones sampled (pyspark_eos.testing.processes)."""
         return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 

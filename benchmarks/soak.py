@@ -1,5 +1,5 @@
 """The ``memory`` part: a long-running exactly-once copy at a steady input rate, Spark's Python
-processes sampled all along (worker_memory), to show whether memory or Kafka clients grow with
+processes sampled all along (pyspark_eos.testing.processes), to show whether memory or Kafka clients grow with
 the number of micro-batches.
 
 The input is written while the query runs, at a fixed rate, so the query keeps running small
@@ -18,7 +18,7 @@ from pyspark_eos.testing.embedded_kafka import create_topic
 
 from .contenders import Ground
 from .workload import _produce as produce, count_committed, unique
-from .worker_memory import WorkerSampler
+from pyspark_eos.testing.processes import WorkerSampler
 
 log = logging.getLogger(__name__)
 

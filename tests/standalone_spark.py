@@ -12,7 +12,6 @@ from the driver's REST API, which needs the session's UI on (``ui_conf``).
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -24,11 +23,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_eos.testing.embedded_kafka import free_ports, log_tail
+from pyspark_eos.testing.embedded_kafka import die_with_parent, free_ports, log_tail
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 MASTER_HOST = "127.0.0.1"
 
 
@@ -40,17 +38,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def _die_with_parent():
-    """A preexec_fn that has the kernel kill the daemon when the test process dies: a run killed
-    with SIGKILL would otherwise leave JVMs holding ports and memory."""
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    return preexec
 
 
 def _start_time(pid: int) -> int | None:
@@ -227,7 +214,7 @@ class StandaloneCluster:
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen([str(home / "bin" / "spark-class"), *arguments], env=env,
                                        stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True, preexec_fn=_die_with_parent())
+                                       start_new_session=True, preexec_fn=die_with_parent())
         daemon = _Daemon(name, process, log_path)
         self._daemons.append(daemon)
         log.info("%s: pid %d on %s, log %s", name, process.pid, address, log_path)

@@ -30,7 +30,9 @@ STALL_BEFORE_PRODUCE = "stall-before-produce"  # transaction begun
 STALL_MID_PRODUCE = "stall-mid-produce"  # after its first record
 STALL_AFTER_STABLE_READ = "stall-after-stable-read"  # the group's offsets read, nothing sent
 STALL_BEFORE_COMMIT = "stall-before-commit"  # offsets sent, commit not yet asked for
-STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT)
+STALL_AFTER_COMMIT = "stall-after-commit"  # committed, Spark not yet told
+STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT,
+                STALL_AFTER_COMMIT)
 
 # A switch, not a fault: while on, write tasks skip attempt fencing, so a test can show the
 # duplicates it prevents.

@@ -249,6 +249,7 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
     faults.crash_point(faults.EXECUTOR_BEFORE_COMMIT)
     faults.stall_point(faults.STALL_BEFORE_COMMIT)
     producer.commit_transaction(COMMIT_TIMEOUT_S)
+    faults.stall_point(faults.STALL_AFTER_COMMIT)
     return "committed"
 
 

@@ -100,7 +100,7 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "(no log written)"
 
 
-def _die_with_parent() -> Callable[[], None]:
+def die_with_parent() -> Callable[[], None]:
     """A preexec_fn that has the kernel kill the broker when the process that started it dies.
 
     A test run killed with SIGKILL would otherwise leave JVMs holding ports and memory.
@@ -373,7 +373,7 @@ class EmbeddedKafkaCluster:
                 self._java(classpath, node) + ["kafka.Kafka", str(node.config_path)],
                 stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent() if self.tie_to_parent else None,
+                preexec_fn=die_with_parent() if self.tie_to_parent else None,
             )
         self._processes[node.node_id] = process
         self.pids[node.node_id] = process.pid

@@ -11,7 +11,11 @@ filters) claims the file atomically by renaming it, and then:
   which declares it lost and retries the task elsewhere, while this Python worker still reaches
   Kafka: it ignores the SIGHUP/SIGTERM that an executor's death sends its workers, as a worker on
   a partitioned host never receives them. It resumes when ``resume_file`` appears or after
-  ``seconds``, and goes on with its attempt: a zombie.
+  ``seconds``, and goes on with its attempt: a zombie. With ``kill`` the worker kills itself
+  (SIGKILL) there instead: a worker lost at exactly that moment of its task.
+
+``enable(directory)`` arms faults in one directory shared by every process instead of each
+executor's own (the chaos campaign fires a fault wherever a task first reaches its point).
 
 This module is the handler of the commit path's fault points (``pyspark_eos.sink.fault_hooks``,
 which names them). ``enable()`` installs it for every process started afterwards (the Spark JVM,
@@ -30,14 +34,26 @@ from pathlib import Path
 from ..sink.executor_identity import executor_id, executor_local_directory
 from ..sink.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
     ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, STALL_AFTER_STABLE_READ,
-    STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_POINTS, SWITCHES, WORKER_BEFORE_COMMIT)
+    STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_POINTS, SWITCHES, WORKER_BEFORE_COMMIT)
 
 log = logging.getLogger(__name__)
 
 
-def enable() -> None:
-    """Install this module as the fault-hook handler of the Spark processes started from now on."""
+SHARED_DIRECTORY_ENV = "EOS_KAFKA_FAULT_DIR"
+
+
+def enable(shared_directory: str | os.PathLike | None = None) -> None:
+    """Install this module as the fault-hook handler of the Spark processes started from now on;
+    with ``shared_directory``, faults are armed there (``arm(point, shared_directory)``) for all
+    processes instead of in each executor's local directory."""
     os.environ[HOOKS_ENV] = __name__
+    if shared_directory is not None:
+        os.environ[SHARED_DIRECTORY_ENV] = str(shared_directory)
+
+
+def _faults_directory() -> Path:
+    shared = os.environ.get(SHARED_DIRECTORY_ENV)
+    return (Path(shared) if shared else executor_local_directory()) / _DIRECTORY
 
 POINTS = CRASH_POINTS + STALL_POINTS + SWITCHES
 _DIRECTORY = "eos-kafka-faults"
@@ -47,7 +63,8 @@ _STALL_LIMIT_S = 900.0  # a stall nobody resumes ends by itself
 def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
     """Arm ``point`` in one executor's local directory.
 
-    Stall parameters: ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``,
+    Stall parameters: ``kill`` (bool: SIGKILL the worker there instead of stalling it),
+    ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``,
     ``report_dir`` (where the stall reports go; default: beside the marker, but a standalone
     worker deletes a lost executor's local directory), and the filters ``partition`` (Spark
     partition id) and ``attempt`` (TaskContext.attemptNumber()).
@@ -79,7 +96,7 @@ _latched: set[str] = set()
 
 
 def is_switched_off(switch: str) -> bool:
-    return switch in _latched or (executor_local_directory() / _DIRECTORY / switch).exists()
+    return switch in _latched or (_faults_directory() / switch).exists()
 
 
 def crash_if_armed(point: str) -> None:
@@ -95,7 +112,10 @@ def stall_if_armed(point: str) -> None:
     params = _claim(point)
     if params is None:
         return
-    marker = executor_local_directory() / _DIRECTORY / point
+    if params.get("kill"):
+        log.warning("fault injection: %s, killing worker pid %d with SIGKILL", point, os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
+    marker = _faults_directory() / point
     _latched.update(switch for switch in SWITCHES if is_switched_off(switch))
     for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
         signal.signal(shutdown, signal.SIG_IGN)
@@ -116,7 +136,7 @@ def stall_if_armed(point: str) -> None:
 
 
 def _claim(point: str) -> dict | None:
-    marker = executor_local_directory() / _DIRECTORY / point
+    marker = _faults_directory() / point
     try:
         params = json.loads(marker.read_text() or "{}")
     except FileNotFoundError:

@@ -25,8 +25,8 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def last_stable_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def last_stable_offsets(bootstrap: str, topic: str, partitions: int, admin: AdminClient | None = None) -> dict[int, int]:
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap})
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
     futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
     return {tp.partition: future.result().offset for tp, future in futures.items()}
@@ -70,11 +70,13 @@ def _reached(consumer: Consumer, topic: str, ends: dict[int, int], eof_at: dict[
     return all(max(tp.offset, eof_at.get(tp.partition, -1)) >= ends[tp.partition] for tp in positions)
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets (stable); -1001 where it never committed."""
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int,
+                      require_stable: bool = True, admin: AdminClient | None = None) -> dict[int, int]:
+    """The group's committed offsets; -1001 where it never committed. ``require_stable`` waits
+    for offsets pending in an open transaction (else those partitions show their last commit)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap})
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
-    result = admin.list_consumer_group_offsets(request, require_stable=True)[group].result(30)
+    result = admin.list_consumer_group_offsets(request, require_stable=require_stable)[group].result(30)
     return {tp.partition: tp.offset for tp in result.topic_partitions}

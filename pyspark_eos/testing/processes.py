@@ -1,4 +1,6 @@
-"""Memory and Kafka clients of Spark's Python processes while a contender runs.
+"""Spark's processes under a root process, read from /proc: the memory and Kafka clients of its
+Python processes while a benchmark or the chaos campaign runs, and its executor JVMs (which the
+chaos campaign kills).
 
 Every Python process under the Spark JVM is sampled from /proc every few seconds: its resident
 memory, and how many librdkafka clients it holds (each producer, consumer or admin client runs
@@ -42,6 +44,29 @@ def python_descendants(root: int) -> dict[int, str]:
             if argv and "python" in Path(argv[0].decode(errors="replace")).name:
                 module = (argv[argv.index(b"-m") + 1] if b"-m" in argv[:-1] else argv[-1]).decode(errors="replace")
                 found[child] = "worker" if found.get(parent) == "pyspark.daemon" else module
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    found, todo = [], [root]
+    while todo:
+        children = _children(todo.pop())
+        found += children
+        todo += children
+    return found
+
+
+def executor_jvms(root: int) -> list[int]:
+    """Pids of the Spark executor JVMs under ``root`` (local-cluster mode starts them as children
+    of the driver JVM's workers)."""
+    found = []
+    for pid in descendants(root):
+        try:
+            argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv:
+            found.append(pid)
     return found
 
 

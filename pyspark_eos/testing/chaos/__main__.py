@@ -1,0 +1,5 @@
+import sys
+
+from .campaign import main
+
+sys.exit(main())

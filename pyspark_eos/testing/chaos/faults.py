@@ -1,0 +1,205 @@
+"""The fault kinds of the chaos campaign, and the seeded schedule that picks them.
+
+Each kind is a function ``(rig, rng) -> details`` that fires one fault and returns once it has
+been applied (a killed broker is back, a killed driver restarted from its checkpoint, an armed
+point reached). Where a fault hits is drawn from ``rng``, which the schedule seeds per fault, so a
+seed replays the same choices; when a task reaches an armed point depends on timing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from typing import Callable, Protocol
+
+from confluent_kafka.admin import NewPartitions
+
+from .. import fault_injection as points
+from ..embedded_kafka import EmbeddedKafkaCluster
+from ..processes import executor_jvms
+from .query import QueryInstance
+from .verifiers import transactions
+
+log = logging.getLogger(__name__)
+
+# Where a worker is killed: every moment of a write task's transaction.
+KILL_POINTS = (points.STALL_BEFORE_PRODUCE, points.STALL_MID_PRODUCE, points.STALL_AFTER_STABLE_READ,
+               points.STALL_BEFORE_COMMIT, points.STALL_AFTER_COMMIT)
+# Where an attempt stalls: while its transaction is open.
+STALL_POINTS = KILL_POINTS[:-1]
+_POINT_TIMEOUT_S = 90.0  # a task reaches any point within a few batches
+MAX_PARTITIONS_PER_TOPIC = 8
+
+
+class Rig(Protocol):
+    """What a fault acts on (campaign.Rig)."""
+
+    cluster: EmbeddedKafkaCluster
+    fault_dir: str
+    query: QueryInstance
+    topics: list[str]
+    group: str
+    transactional_id_prefix: str
+    transaction_timeout_ms: int
+
+    def restart_query(self, fresh_checkpoint: bool = False) -> QueryInstance: ...
+
+    def start_second_instance(self) -> QueryInstance: ...
+
+
+def _at_point(rig: Rig, point: str, **params) -> dict:
+    """Arm ``point`` for whichever task reaches it first; wait until one has."""
+    marker = points.arm(point, rig.fault_dir, **params)
+    deadline = time.monotonic() + _POINT_TIMEOUT_S
+    while marker.exists() and time.monotonic() < deadline and rig.query.alive():
+        time.sleep(0.1)
+    try:
+        marker.unlink()
+    except FileNotFoundError:  # taken: the rename is the claim
+        return {"point": point, "reached": True}
+    return {"point": point, "reached": False}
+
+
+def worker_kill(rig: Rig, rng: random.Random) -> dict:
+    """A Python worker SIGKILLed at one moment of its write task."""
+    return _at_point(rig, rng.choice(KILL_POINTS), kill=True)
+
+
+def executor_kill(rig: Rig, rng: random.Random) -> dict:
+    """An executor JVM SIGKILLed: at a random moment, or with its task's offsets sent, not committed."""
+    if rng.random() < 0.5:
+        return _at_point(rig, points.EXECUTOR_BEFORE_COMMIT)
+    executors = sorted(executor_jvms(rig.query.pid))
+    if not executors:
+        return {"executors": 0}
+    victim = rng.choice(executors)
+    os.kill(victim, signal.SIGKILL)
+    return {"pid": victim, "of": len(executors)}
+
+
+def executor_stall(rig: Rig, rng: random.Random) -> dict:
+    """The zombie: an executor JVM stopped past the driver's loss timeout while one of its tasks is
+    mid-transaction; its retry runs elsewhere, then the stalled attempt resumes."""
+    seconds = round(rng.uniform(10.0, 16.0), 1)
+    return {**_at_point(rig, rng.choice(STALL_POINTS), stop_executor=True, seconds=seconds), "seconds": seconds}
+
+
+def driver_kill(rig: Rig, rng: random.Random) -> dict:
+    """The driver SIGKILLed (with everything it started), at a random moment or after a batch's
+    Kafka commit and before Spark's commit log; restarted from its checkpoint."""
+    if rng.random() < 0.5:
+        details = _at_point(rig, points.DRIVER_AFTER_KAFKA_COMMIT)
+        rig.query.wait_exit(60)
+    else:
+        details = {"point": "random"}
+    rig.query.kill()
+    rig.restart_query()
+    return details
+
+
+def checkpoint_lost(rig: Rig, rng: random.Random) -> dict:
+    """The driver killed and its checkpoint deleted; restarted with startingOffsets=group."""
+    rig.query.kill()
+    rig.restart_query(fresh_checkpoint=True)
+    return {}
+
+
+def broker_bounce(rig: Rig, rng: random.Random) -> dict:
+    """A broker stopped, hard (SIGKILL) or clean (SIGTERM), and restarted after a few seconds: the
+    leader of an input partition, the group's coordinator or a transaction coordinator of the
+    query's ids."""
+    role = rng.choice(("partition leader", "group coordinator", "transaction coordinator"))
+    how = rng.choice(("hard", "clean"))
+    node = _node_in_role(rig, role, rng)
+    down = round(rng.uniform(2.0, 10.0), 1)
+    (rig.cluster.kill_node if how == "hard" else rig.cluster.stop_node)(node)
+    time.sleep(down)  # the fault's duration, drawn by the schedule
+    rig.cluster.restart_node(node)
+    return {"role": role, "node": node, "stop": how, "down_s": down}
+
+
+def _node_in_role(rig: Rig, role: str, rng: random.Random) -> int:
+    admin = rig.cluster.admin()
+    if role == "group coordinator":
+        return admin.describe_consumer_groups([rig.group])[rig.group].result(30).coordinator.id
+    if role == "transaction coordinator":
+        coordinators = {t["Coordinator"] for t in transactions(rig.cluster.bootstrap_servers,
+                                                                rig.transactional_id_prefix)}
+        if coordinators:
+            return int(rng.choice(sorted(coordinators)))
+    metadata = admin.list_topics(timeout=30)
+    leaders = sorted({p.leader for topic in rig.topics for p in metadata.topics[topic].partitions.values()
+                      if p.leader >= 0})
+    return rng.choice(leaders)
+
+
+def transaction_timeout(rig: Rig, rng: random.Random) -> dict:
+    """A task's transaction stalled past transaction.timeout.ms: the broker aborts it, the attempt
+    then fails and its retry writes the records."""
+    seconds = round(rig.transaction_timeout_ms / 1000 + rng.uniform(5.0, 10.0), 1)
+    return {**_at_point(rig, rng.choice(STALL_POINTS), seconds=seconds), "seconds": seconds}
+
+
+def partitions_added(rig: Rig, rng: random.Random) -> dict:
+    """A partition added to an input topic while the query runs: its group rebalances."""
+    admin = rig.cluster.admin()
+    metadata = admin.list_topics(timeout=30)
+    growable = [t for t in rig.topics if len(metadata.topics[t].partitions) < MAX_PARTITIONS_PER_TOPIC]
+    if not growable:
+        return {"at_cap": True}
+    topic = rng.choice(growable)
+    count = len(metadata.topics[topic].partitions) + 1
+    admin.create_partitions([NewPartitions(topic, count)])[topic].result(60)
+    return {"topic": topic, "partitions": count}
+
+
+def second_instance(rig: Rig, rng: random.Random) -> dict:
+    """A second instance of the query started with the same group (a fresh checkpoint,
+    startingOffsets=group): it fences the first, which must stop, and goes on in its place."""
+    first = rig.query
+    rig.start_second_instance()
+    fenced = first.wait_exit(180)
+    if not fenced:
+        first.kill()
+    return {"first_stopped": fenced}
+
+
+KINDS: dict[str, Callable[[Rig, random.Random], dict]] = {
+    "worker-kill": worker_kill,
+    "executor-kill": executor_kill,
+    "executor-stall": executor_stall,
+    "driver-kill": driver_kill,
+    "checkpoint-lost": checkpoint_lost,
+    "broker-bounce": broker_bounce,
+    "transaction-timeout": transaction_timeout,
+    "partitions-added": partitions_added,
+    "second-instance": second_instance,
+}
+# Kinds that restart the query are slow (a new Spark application): fired less often.
+WEIGHTS = {"worker-kill": 4, "executor-kill": 2, "executor-stall": 2, "driver-kill": 1, "checkpoint-lost": 1,
+           "broker-bounce": 3, "transaction-timeout": 1, "partitions-added": 1, "second-instance": 1}
+
+
+class Schedule:
+    """A seeded sequence of (kind, gap before it, the fault's own random source): every kind once
+    in a random order first, then kinds drawn by weight."""
+
+    def __init__(self, seed: int, kinds: list[str], max_gap_s: float = 5.0):
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
+        self.seed, self.kinds, self.max_gap_s = seed, kinds, max_gap_s
+        self._random = random.Random(seed)
+        self._first_round = self._random.sample(kinds, len(kinds))
+        self.fired = 0
+
+    def next(self) -> tuple[str, float, random.Random]:
+        if self.fired < len(self._first_round):
+            kind = self._first_round[self.fired]
+        else:
+            kind = self._random.choices(self.kinds, [WEIGHTS[k] for k in self.kinds])[0]
+        gap = round(self._random.uniform(0.0, self.max_gap_s), 1)
+        self.fired += 1
+        return kind, gap, random.Random(self.seed * 100003 + self.fired)

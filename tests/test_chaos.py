@@ -1,0 +1,70 @@
+"""The chaos campaign (pyspark_eos.testing.chaos): its verifiers and schedule on made-up records,
+and a three-minute fixed-seed smoke of the campaign itself against a three-node cluster and Spark
+in local-cluster mode. The full campaign is ``make chaos`` (docs/chaos.md)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pyspark_eos.testing.chaos.faults import KINDS, Schedule
+from pyspark_eos.testing.chaos.verifiers import FinalCheck, _check_one
+from pyspark_eos.testing.output_check import Record
+
+SMOKE_SEED = 20261124
+
+
+def _output(partition: int, offset: int, identity: str, input_offset: int) -> Record:
+    return Record("chaos-out", partition, offset, None, f"{identity}/payload|{input_offset}".encode())
+
+
+def _check(outputs: list[Record], aborted: frozenset[str] = frozenset()) -> FinalCheck:
+    expected = {f"in/0/{n}": Record("in", 0, 10 + n, None, b"") for n in range(3)}
+    check, seen, last = FinalCheck(), {}, {}
+    for record in outputs:
+        _check_one(check, record, expected, seen, last, set(aborted))
+    return check
+
+
+def test_the_final_check_passes_each_committed_record_once_in_order():
+    check = _check([_output(0, 0, "in/0/0", 10), _output(0, 1, "in/0/1", 11), _output(0, 2, "in/0/2", 12)])
+    assert check.ok and check.problems == []
+
+
+@pytest.mark.parametrize("outputs, aborted, broken, named", [
+    ([_output(0, 0, "in/0/0", 10), _output(0, 1, "in/0/0", 10)], (), "duplicates", "duplicate: input record in/0/0"),
+    ([_output(0, 0, "in/0/1", 11), _output(0, 1, "in/0/0", 10)], (), "out_of_order", "order: input record in/0/0"),
+    ([_output(0, 0, "in/0/1", 12)], (), "wrong_offset", "in/0/1 carries offset 12, its offset is 11"),
+    ([_output(0, 0, "in/0/7", 17)], ("in/0/7",), "from_aborted", "in/0/7 of an aborted transaction"),
+])
+def test_the_final_check_names_the_first_record_that_breaks_it(outputs, aborted, broken, named):
+    check = _check(outputs, frozenset(aborted))
+    assert not check.ok and getattr(check, broken) == 1
+    assert named in check.problems[0]
+
+
+def test_the_schedule_fires_every_kind_first_and_replays_from_its_seed():
+    first, again = Schedule(7, list(KINDS)), Schedule(7, list(KINDS))
+    drawn = [first.next() for _ in range(30)]
+    assert {kind for kind, _, _ in drawn[:len(KINDS)]} == set(KINDS)
+    replayed = [again.next() for _ in range(30)]
+    assert [(k, g) for k, g, _ in drawn] == [(k, g) for k, g, _ in replayed]
+    assert [r.random() for _, _, r in drawn] == [r.random() for _, _, r in replayed]
+    with pytest.raises(ValueError, match="unknown fault kinds \\['broker-kil'\\]; the kinds are worker-kill"):
+        Schedule(7, ["broker-kil"])
+
+
+def test_a_three_minute_chaos_smoke_passes_every_verifier(tmp_path):
+    command = [sys.executable, "-m", "pyspark_eos.testing.chaos", "--seed", str(SMOKE_SEED), "--minutes", "3",
+               "--no-plot", "--results", str(tmp_path), "--work-dir", str(tmp_path / "work")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    report = json.loads((tmp_path / f"chaos-{SMOKE_SEED}.json").read_text())
+    assert report["verdict"] == "passed", run.stdout
+    assert report["faults_fired"] >= 3 and report["faults_survived"] == report["faults_fired"]
+    assert len(report["per_kind"]) >= 3, report["per_kind"]
+    assert report["records_out"] == report["records_in"] > 10000
+    assert all(verifier["ok"] for verifier in report["verifiers"].values())
+    assert report["verifiers"]["concurrent_consumer"]["records_seen"] == report["records_in"]
