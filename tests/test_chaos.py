@@ -68,3 +68,24 @@ def test_a_three_minute_chaos_smoke_passes_every_verifier(tmp_path):
     assert report["records_out"] == report["records_in"] > 10000
     assert all(verifier["ok"] for verifier in report["verifiers"].values())
     assert report["verifiers"]["concurrent_consumer"]["records_seen"] == report["records_in"]
+
+
+
+def test_open_transactions_are_read_from_kafkas_transactions_tool(kafka):
+    from pyspark_eos.testing.chaos.verifiers import open_transactions, transactions
+
+    from .kafka_tools import create_topic, transactional_producer, unique_name
+
+    prefix = unique_name("chaos-tool")
+    topic = create_topic(kafka.bootstrap_servers, unique_name("chaos-tool"))
+    idle = transactional_producer(kafka.bootstrap_servers, f"{prefix}-idle")
+    busy = transactional_producer(kafka.bootstrap_servers, f"{prefix}-busy")
+    busy.begin_transaction()
+    busy.produce(topic, value=b"open")
+    busy.flush(30)
+    listed = {t["TransactionalId"]: t for t in transactions(kafka.bootstrap_servers, prefix)}
+    assert set(listed) == {f"{prefix}-idle", f"{prefix}-busy"} and listed[f"{prefix}-busy"]["Coordinator"].isdigit()
+    assert open_transactions(kafka.bootstrap_servers, prefix) == [f"{prefix}-busy (Ongoing)"]
+    busy.abort_transaction(30)
+    assert open_transactions(kafka.bootstrap_servers, prefix) == []
+    assert idle is not None  # kept alive until here: its id stays listed

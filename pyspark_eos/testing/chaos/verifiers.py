@@ -202,8 +202,10 @@ def transactions(bootstrap: str, prefix: str) -> list[dict[str, str]]:
     of its columns (TransactionalId, Coordinator, ProducerId, TransactionState) each."""
     command = [*kafka_tool_command("org.apache.kafka.tools.TransactionsCommand"), "--bootstrap-server", bootstrap, "list"]
     listing = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
-    rows = [line.split() for line in listing.splitlines() if line.strip()]
-    return [dict(zip(rows[0], row)) for row in rows[1:] if row[0].startswith(prefix)]
+    lines = listing.splitlines()
+    # The tool logs to stdout too: the table starts at its header.
+    table = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith("TransactionalId")):]]
+    return [dict(zip(table[0], row)) for row in table[1:] if row and row[0].startswith(prefix)]
 
 
 def open_transactions(bootstrap: str, prefix: str) -> list[str]:
