@@ -70,3 +70,38 @@ def test_the_drivers_offset_questions_are_answered_while_a_leader_is_down_and_af
     kafka_cluster3.restart_node(leader)
     kafka_cluster3.wait_in_sync()
     assert (reader.earliest(partitions), reader.latest(partitions)) == (earliest, latest)
+
+
+@pytest.mark.parametrize("stop", ["clean", "hard"])
+def test_a_stable_read_of_the_groups_offsets_follows_its_coordinator_to_another_broker(kafka_cluster3, stop):
+    # A write task's admin client lives as long as its worker: after the group's coordinator
+    # stopped, it was answered NOT_COORDINATOR for a minute, past the task's transaction timeout.
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
+
+    bootstrap = kafka_cluster3.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("coordinated"), partitions=1, replication=3)
+    group = unique_name("coordinated")
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"v", partition=0)
+    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], metadata, 30)
+    producer.commit_transaction(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert fetch_stable_committed_offsets(admin, group, [(topic, 0)], 30_000) == {(topic, 0): 1}
+    coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+
+    renewed = []
+
+    def renew():
+        renewed.append(AdminClient({"bootstrap.servers": bootstrap}))
+        return renewed[-1]
+
+    (kafka_cluster3.stop_node if stop == "clean" else kafka_cluster3.kill_node)(coordinator)
+    try:
+        assert fetch_stable_committed_offsets(admin, group, [(topic, 0)], 20_000, renew=renew) == {(topic, 0): 1}
+    finally:
+        kafka_cluster3.restart_node(coordinator)
+        kafka_cluster3.wait_in_sync()

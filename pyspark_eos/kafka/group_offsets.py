@@ -21,11 +21,18 @@ from typing import Callable
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from ..errors import KafkaClientError, PendingTransactionError
-from .retries import Backoff, is_retriable
+from .retries import Backoff, error_code, is_retriable
 
 log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
+# Answers that mean the client asked a broker that is not (or no longer) the group's coordinator,
+# or one that is gone: a request to a stopped broker times out.
+COORDINATOR_MOVED_CODES = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                     KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
+# One request of a stable read: the coordinator answers in milliseconds, so one that has not after
+# this long is gone, and the read asks again (with a new client) while its deadline allows.
+STABLE_READ_REQUEST_TIMEOUT_S = 5.0
 NO_COMMITTED_OFFSET = None
 
 
@@ -45,6 +52,7 @@ class FetchAttempt:
     commits: dict[TopicPartitionKey, Committed]
     unstable: list[TopicPartitionKey]
     retriable: str | None = None  # the error's text: the KafkaError object must not outlive its request
+    coordinator_moved: bool = False  # the error says the client asked a broker that is not the coordinator
 
     @property
     def settled(self) -> bool:
@@ -61,7 +69,7 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
                          request_timeout: float = 30.0) -> FetchAttempt:
     not_ready = _coordinator_not_ready(admin, group, request_timeout)
     if not_ready is not None:
-        return FetchAttempt({}, [], not_ready)
+        return not_ready
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])]
     try:
         result = admin.list_consumer_group_offsets(request, require_stable=True,
@@ -69,7 +77,7 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
     except KafkaException as error:
         if is_retriable(error):
             # e.g. COORDINATOR_LOAD_IN_PROGRESS while a new or moved __consumer_offsets partition loads
-            return FetchAttempt({}, [], str(error))
+            return _not_ready(error)
         raise KafkaClientError(
             f"fetching the committed offsets of consumer group {group!r} failed: {error.args[0]}; "
             "check that the brokers are reachable and that the principal may DESCRIBE the group"
@@ -88,7 +96,11 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
     return FetchAttempt(offsets, unstable)
 
 
-def _coordinator_not_ready(admin, group: str, request_timeout: float) -> str | None:
+def _not_ready(error: KafkaException) -> FetchAttempt:
+    return FetchAttempt({}, [], str(error), error_code(error) in COORDINATOR_MOVED_CODES)
+
+
+def _coordinator_not_ready(admin, group: str, request_timeout: float) -> FetchAttempt | None:
     """Make sure the group's coordinator is found and loaded before the OffsetFetch.
 
     librdkafka (2.4 to 2.16 at least) crashes the process when an AdminClient's OffsetFetch is
@@ -101,7 +113,7 @@ def _coordinator_not_ready(admin, group: str, request_timeout: float) -> str | N
         admin.describe_consumer_groups([group], request_timeout=request_timeout)[group].result()
     except KafkaException as error:
         if is_retriable(error):
-            return str(error)
+            return _not_ready(error)
         raise KafkaClientError(
             f"describing consumer group {group!r} failed: {error}; check that the brokers are reachable "
             "and that the principal may DESCRIBE the group"
@@ -110,8 +122,9 @@ def _coordinator_not_ready(admin, group: str, request_timeout: float) -> str | N
 
 
 def fetch_stable_committed_offsets(admin, group: str, partitions: list[TopicPartitionKey],
-                                   timeout_ms: int) -> dict[TopicPartitionKey, int | None]:
-    commits = fetch_stable_commits(admin, group, partitions, timeout_ms)
+                                   timeout_ms: int, renew: Callable[[], object] | None = None
+                                   ) -> dict[TopicPartitionKey, int | None]:
+    commits = fetch_stable_commits(admin, group, partitions, timeout_ms, renew=renew)
     return {key: committed.offset for key, committed in commits.items()}
 
 
@@ -124,12 +137,15 @@ def fetch_stable_commits(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     rng: random.Random | None = None,
+    renew: Callable[[], object] | None = None,
 ) -> dict[TopicPartitionKey, Committed]:
     """What the group has committed, once no open transaction holds any of the partitions.
 
     Waits with exponential, jittered back-off for at most ``timeout_ms`` (the writers'
     transaction timeout plus a margin by default: the broker aborts a transaction left open by a
-    dead writer after its timeout), then raises PendingTransactionError.
+    dead writer after its timeout), then raises PendingTransactionError. ``renew()`` gives a new
+    admin client when the group's coordinator moved: librdkafka's admin client kept asking the old
+    one (NOT_COORDINATOR) for a minute after its broker stopped.
     """
     if not partitions:
         return {}
@@ -137,7 +153,7 @@ def fetch_stable_commits(
     delays = backoff.delays(rng)
     attempt = 0
     while True:
-        result = fetch_committed_once(admin, group, partitions)
+        result = fetch_committed_once(admin, group, partitions, STABLE_READ_REQUEST_TIMEOUT_S)
         if result.settled:
             if attempt:
                 log.info("group %r: offsets are stable after %d retries", group, attempt)
@@ -146,6 +162,8 @@ def fetch_stable_commits(
         if remaining <= 0:
             raise _timeout_error(group, result, timeout_ms)
         attempt += 1
+        if result.coordinator_moved and renew is not None:
+            admin = renew()
         delay = min(next(delays), remaining)
         log.warning("group %r: %s; retry %d in %.2f s, giving up in %.0f s",
                     group, result.reason(), attempt, delay, remaining)

@@ -125,8 +125,11 @@ def worker_client(options: SinkOptions, kind: str, make):
     return _clients[key]
 
 
-def admin_for(options: SinkOptions) -> AdminClient:
-    """This worker's AdminClient for the sink's stable reads of the group's offsets."""
+def admin_for(options: SinkOptions, renew: bool = False) -> AdminClient:
+    """This worker's AdminClient for the sink's stable reads of the group's offsets; ``renew``
+    replaces it (see group_offsets.fetch_stable_commits)."""
+    if renew:
+        _clients.pop((*_key(options), "admin"), None)
     return worker_client(options, "admin",
                          lambda: AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers}))
 

@@ -227,7 +227,7 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
     producer = worker.producer
     if plan is not None:
         committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
-                                         options.stable_offsets_timeout_ms)
+                                         options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
         faults.stall_point(faults.STALL_AFTER_STABLE_READ)
         check_ownership(plan, committed)
         if decide(plan, committed) is Decision.ALREADY_COMMITTED:

@@ -78,7 +78,8 @@ class KafkaOffsetReader:
 
     def committed(self, group: str, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int | None]:
         """The group's committed offsets, waiting out open transactions (G5)."""
-        return fetch_stable_committed_offsets(self.admin, group, partitions, self.options.stable_offsets_timeout_ms)
+        return fetch_stable_committed_offsets(self.admin, group, partitions, self.options.stable_offsets_timeout_ms,
+                                              renew=self._renewed_admin)
 
     def _list_offsets(self, request: dict[TopicPartitionKey, OffsetSpec], what: str) -> Offsets:
         if not request:
@@ -105,6 +106,10 @@ class KafkaOffsetReader:
             raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
                                             f"no offset returned for {unanswered} (their leader moved)"))
         return offsets
+
+    def _renewed_admin(self) -> AdminClient:
+        self._admin = None
+        return self.admin
 
     def _forget_stale_leaders(self, error: KafkaException) -> None:
         """After a leader moved, librdkafka's admin client kept asking the old leader (or sending

@@ -166,6 +166,16 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
+def _committed(bootstrap: str, group: str, topic: str, require_stable: bool) -> dict[int, int]:
+    """The group's committed offsets of ``topic``, asked through a new client after a DescribeGroups:
+    librdkafka crashes the process when a client's OffsetFetch is answered NOT_COORDINATOR, which
+    happens while the coordinator moves (see pyspark_eos.kafka.group_offsets)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    return committed_offsets(bootstrap, group, topic, _partitions(bootstrap, topic), require_stable=require_stable,
+                             admin=admin)
+
+
 def _partitions(bootstrap: str, topic: str) -> int:
     return len(_admin(bootstrap).list_topics(topic, timeout=30).topics[topic].partitions)
 
@@ -176,7 +186,7 @@ def offsets_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int]
     for topic in topics:
         partitions = _partitions(bootstrap, topic)
         ends = last_stable_offsets(bootstrap, topic, partitions, admin=_admin(bootstrap))
-        committed = committed_offsets(bootstrap, group, topic, partitions, admin=_admin(bootstrap))
+        committed = _committed(bootstrap, group, topic, require_stable=True)
         # A partition that is still empty has nothing to commit (-1001: no committed offset).
         behind = {p: end - max(0, committed.get(p, -1)) for p, end in ends.items()}
         lag.update({f"{topic}-{p}": count for p, count in behind.items() if count != 0})
@@ -193,8 +203,7 @@ def input_end_total(bootstrap: str, topics: list[str]) -> int:
 def committed_total(bootstrap: str, group: str, topics: list[str]) -> int:
     """The sum of the group's committed offsets over the input: grows with every committed batch."""
     return sum(max(0, offset) for topic in topics
-               for offset in committed_offsets(bootstrap, group, topic, _partitions(bootstrap, topic),
-                                               require_stable=False, admin=_admin(bootstrap)).values())
+               for offset in _committed(bootstrap, group, topic, require_stable=False).values())
 
 
 def transactions(bootstrap: str, prefix: str) -> list[dict[str, str]]:
