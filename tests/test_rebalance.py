@@ -90,3 +90,20 @@ def test_partitions_added_while_the_query_runs_are_read_from_their_start(spark_c
         query.stop()
     values = pipeline.output_values()
     assert len(values) == len(set(values)) and {b"new-%d" % i for i in range(4)} <= set(values)
+
+
+@pytest.mark.spark_local_cluster
+def test_partitions_added_while_the_query_was_stopped_are_read_when_it_restarts(spark_cluster, kafka, tmp_path):
+    # The restarted query's static member gets its old assignment back without a rebalance, and
+    # its client never saw the old partition count: planning starts the rebalance itself.
+    pipeline = Pipeline(kafka, tmp_path, rounds=3)
+    pipeline.run(spark_cluster)
+    add_partition(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)
+    write_transactions(pipeline.bootstrap, pipeline.input, [(True, [(PARTITIONS, b"new-%d" % i) for i in range(4)])])
+    pipeline.add_input(3, 2)
+    pipeline.run(spark_cluster)
+    values = pipeline.output_values()
+    expected = sorted(r.value for r in read_committed(pipeline.bootstrap, pipeline.input, partitions=PARTITIONS + 1))
+    assert sorted(values) == expected and len(values) == len(set(values))
+    assert committed_offsets(pipeline.bootstrap, pipeline.group, pipeline.input, PARTITIONS + 1) == \
+        last_stable_offsets(pipeline.bootstrap, pipeline.input, PARTITIONS + 1)

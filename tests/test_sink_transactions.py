@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -85,7 +86,7 @@ def shared_group(kafka):
     wait_until(lambda: len(other.assigned) == 2, 60, "the other member to own both partitions")
     membership = GroupMembership(bootstrap, {}, group, topics=[topic]).start()
     stamp = wait_until(lambda: _split(membership), 60, "a rebalance that splits the partitions")
-    yield bootstrap, topic, group, stamp
+    yield bootstrap, topic, group, stamp, membership
     membership.stop()
     other.close()
 
@@ -104,7 +105,7 @@ def write_as_task(bootstrap: str, group: str, output: str, provenance: Provenanc
 
 
 def test_a_plan_with_a_partition_of_another_member_is_refused(shared_group, monkeypatch):
-    bootstrap, topic, group, stamp = shared_group
+    bootstrap, topic, group, stamp, _ = shared_group
     output = create_topic(bootstrap, unique_name("out"))
     (owned,) = stamp.assignment
     foreign = (topic, 1 - owned[1])
@@ -117,8 +118,19 @@ def test_a_plan_with_a_partition_of_another_member_is_refused(shared_group, monk
     assert set(committed_offsets(bootstrap, group, topic, 2).values()) == {-1001}
 
 
+def test_planning_does_not_wait_for_a_rebalance_to_bring_partitions_another_member_holds(shared_group):
+    _, topic, _, stamp, membership = shared_group
+    (owned,) = stamp.assignment
+    foreign = (topic, 1 - owned[1])
+    started = time.monotonic()
+    planned = membership.stamp_holding([owned, foreign], timeout=600)
+    # No rebalance can bring the other member's partition: the plan goes on (its tasks refuse
+    # that partition, as above) instead of waiting out the timeout.
+    assert planned.assignment == {owned} and time.monotonic() - started < 60
+
+
 def test_offsets_committed_by_a_newer_generation_are_not_overwritten(shared_group, monkeypatch):
-    bootstrap, topic, group, stamp = shared_group
+    bootstrap, topic, group, stamp, _ = shared_group
     output = create_topic(bootstrap, unique_name("out"))
     (owned,) = stamp.assignment
     newer = partition_metadata(stamp.generation + 1, "7", "other-query")

@@ -25,14 +25,19 @@ from dataclasses import dataclass
 from typing import Callable
 
 from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import AdminClient
 
 from ..errors import EosKafkaError, FencedError
+from .group_rebalance import held_by_other_members, rebalance_with_a_passing_member
 
 log = logging.getLogger(__name__)
 
 _METADATA_MAGIC = b"CGMDv2:"
 STAMP = "stamp"  # the kind of a claims-topic record that carries a generation's stamp
 JOIN_TIMEOUT_S = 60.0
+# A running query's member notices added partitions at its next metadata refresh (2 s) and the
+# rebalance follows within seconds; past this, none is coming (see group_rebalance).
+REBALANCE_GRACE_S = 10.0
 METADATA_REFRESH_MS = "2000"
 
 
@@ -118,6 +123,8 @@ class GroupMembership:
         # Called with each new generation's stamp before stamp() returns it (see _on_assign).
         self._on_generation = on_generation
         self.instance_id = instance_id_for(group_id, pattern or ",".join(sorted(topics or [])))
+        self._client_config = {**kafka_params, "bootstrap.servers": bootstrap_servers}
+        self._admin_client: AdminClient | None = None
         self._config = {
             **kafka_params,
             "bootstrap.servers": bootstrap_servers,
@@ -156,19 +163,39 @@ class GroupMembership:
 
     def stamp_holding(self, partitions, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
         """The current membership once it is assigned every one of ``partitions`` (input partitions
-        added to a subscribed topic are assigned by the rebalance that follows), or after
-        ``timeout`` as it is: the tasks' ownership check then names what another member holds."""
+        added to a subscribed topic are assigned by the rebalance that follows), or as it is when
+        another member holds some or after ``timeout``: the tasks' ownership check then names what
+        another member holds (see group_rebalance)."""
         wanted = set(partitions)
         stamp = self.stamp(timeout)
         if wanted <= stamp.assignment:
             return stamp
+        missing = sorted(wanted - stamp.assignment)
+        held = held_by_other_members(self._admin(), self.group_id, stamp.member_id, missing)
+        if held:
+            log.warning("partitions %s are held by other members of consumer group %r (%s), which this pipeline "
+                        "does not own: not waiting for a rebalance", sorted(held), self.group_id,
+                        ", ".join(sorted(set(held.values()))))
+            return stamp
         log.info("partitions %s are not assigned to this query's member of consumer group %r yet (added to the "
-                 "topic?): waiting up to %.0f s for the group's rebalance", sorted(wanted - stamp.assignment),
-                 self.group_id, timeout)
-        with self._state:
-            self._state.wait_for(lambda: self._fenced is not None or (
-                self._stamp is not None and wanted <= self._stamp.assignment), timeout)
+                 "topic?): waiting up to %.0f s for the group's rebalance", missing, self.group_id, timeout)
+        if not self._wait_holding(wanted, min(timeout, REBALANCE_GRACE_S)):
+            log.info("no rebalance of consumer group %r has assigned %s (partitions added while the query was "
+                     "stopped: a static member's rejoin keeps its old assignment); starting one", self.group_id,
+                     missing)
+            rebalance_with_a_passing_member(self._config, self._subscription, timeout)
+            self._wait_holding(wanted, timeout)
         return self.stamp(timeout)
+
+    def _wait_holding(self, wanted: set, timeout: float) -> bool:
+        with self._state:
+            return self._state.wait_for(lambda: self._fenced is not None or (
+                self._stamp is not None and wanted <= self._stamp.assignment), timeout)
+
+    def _admin(self) -> AdminClient:
+        if self._admin_client is None:
+            self._admin_client = AdminClient(self._client_config)
+        return self._admin_client
 
     def stamp(self, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
         """The current membership, waiting for the join (or a rebalance) to finish."""

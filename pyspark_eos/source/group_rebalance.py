@@ -1,0 +1,59 @@
+"""Partitions of the subscription that the query's member of its group is not assigned: held by
+another member of the group, or by nobody because no rebalance has assigned them yet.
+
+Another member (a consumer that is not this pipeline's) keeps what it holds: waiting for a
+rebalance does not help, and the write tasks refuse those partitions naming them
+(UnassignedPartitionError). Nobody holds a partition added to a topic while the query was stopped:
+a static member (KIP-345) that rejoins gets its cached assignment back without a rebalance, and
+librdkafka's group leader starts one only when a metadata refresh shows a partition count other
+than the one its own client saw before, which a freshly started client never does. A dynamic
+member that joins the group and leaves it again makes the leader assign the partitions afresh.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Iterable
+
+from confluent_kafka import Consumer
+
+log = logging.getLogger(__name__)
+
+_DESCRIBE_TIMEOUT_S = 15.0
+
+
+def held_by_other_members(admin, group_id: str, member_id: str,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """Which of ``partitions`` a member of the group other than ``member_id`` holds: its client id
+    and host. Empty when the group cannot be described (the caller then waits as before)."""
+    wanted = set(partitions)
+    try:
+        description = admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
+            .result(_DESCRIBE_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001 - only a shortcut: without it the plan waits
+        log.info("describing consumer group %r failed (%s)", group_id, error)
+        return {}
+    held = {}
+    for member in description.members:
+        if member.member_id == member_id or member.assignment is None:
+            continue
+        for tp in member.assignment.topic_partitions:
+            if (tp.topic, tp.partition) in wanted:
+                held[(tp.topic, tp.partition)] = f"{member.client_id or member.member_id} on {member.host}"
+    return held
+
+
+def rebalance_with_a_passing_member(config: dict, subscription: list[str], timeout_s: float) -> None:
+    """Join the group with a dynamic member and leave it (two rebalances): the group's leader then
+    assigns every partition of the subscription."""
+    passing = {key: value for key, value in config.items() if key not in ("group.instance.id", "error_cb")}
+    consumer = Consumer({**passing, "enable.auto.commit": "false", "log_level": 0})
+    joined = threading.Event()
+    consumer.subscribe(subscription, on_assign=lambda _consumer, _partitions: joined.set())
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not joined.is_set() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+    finally:
+        consumer.close()  # a dynamic member leaves the group on close: the second rebalance
