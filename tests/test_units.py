@@ -65,3 +65,17 @@ def test_an_old_confluent_kafka_is_refused_with_what_to_install(monkeypatch):
     monkeypatch.setattr(confluent_kafka, "__version__", "2.5.3")
     with pytest.raises(MissingDependencyError, match=r"2\.6 or newer; .* has 2\.5\.3: install it with `pip install"):
         require_confluent_kafka()
+
+
+def test_a_call_with_a_deadline_returns_raises_or_is_given_up():
+    import threading
+
+    from pyspark_eos.kafka.deadline import DeadlineExceeded, call_with_deadline
+
+    assert call_with_deadline(lambda: 7, 5, "answer") == 7
+    with pytest.raises(ZeroDivisionError):
+        call_with_deadline(lambda: 1 / 0, 5, "division")
+    never = threading.Event()
+    with pytest.raises(DeadlineExceeded, match="stuck call did not return in 0 s"):
+        call_with_deadline(never.wait, 0.2, "stuck call")
+    never.set()

@@ -22,6 +22,7 @@ from . import fault_hooks as faults
 from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
 from ..errors import ConfigurationError
+from ..kafka.deadline import DeadlineExceeded, call_with_deadline
 from ..kafka.group_offsets import fetch_stable_commits
 from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import ID_PER_PARTITION, SinkOptions
@@ -238,7 +239,9 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
             metadata = partition_metadata(stamp.generation, task.batch_id, task.query_id)
             offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in ranges]
             try:
-                producer.send_offsets_to_transaction(offsets, stamp.metadata, COMMIT_TIMEOUT_S)
+                call_with_deadline(lambda: producer.send_offsets_to_transaction(offsets, stamp.metadata,
+                                                                                COMMIT_TIMEOUT_S),
+                                   options.transaction_timeout_ms / 1000, "send_offsets_to_transaction")
             except KafkaException as error:
                 raise_if_rebalanced(error, stamp, claim, task.describe())
                 raise
@@ -255,6 +258,11 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
 
 def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> bool:
     """Abort the task's transaction; True when it has certainly ended without committing."""
+    if isinstance(error, DeadlineExceeded):
+        # The producer is still inside the call: drop it; the task's retry fences its id (the claim
+        # is kept), which aborts its transaction. Past the deadline the broker has aborted it anyway.
+        discard(options, worker.transactional_id)
+        return False
     if _is_fatal(error):
         discard(options, worker.transactional_id)  # fenced or timed out by the broker: it can do nothing more
         return True
