@@ -216,6 +216,9 @@ def test_a_plan_commits_under_the_newest_generation_of_its_own_membership_only()
     assert plan.restamped([newer, other_instance, newest, older]).by_member[0][0] == newest
     assert plan.restamped([other_instance, older]).by_member[0][0] == planned
     assert plan.restamped([dataclasses.replace(newer, group_id="other")]).by_member[0][0] == planned
+    untokened = CommitPlan(((dataclasses.replace(planned, membership=""), PLAN.ranges),))
+    assert untokened.restamped([dataclasses.replace(newer, membership="")]).by_member[0][0].generation == \
+        planned.generation
 
 
 def test_a_task_hands_its_plans_membership_over_to_its_writer():

@@ -230,6 +230,8 @@ class AttemptClaim:
         def newer(record) -> bool:
             return (isinstance(record, GroupStamp) and record.membership == stamp.membership
                     and record.generation > stamp.generation)
+        if not stamp.membership:  # no token: no membership whose generations could be followed
+            return None
         return _await(self.clients.consumer(), self.topic, self.offset + 1, newer, timeout_s)
 
     def release(self) -> None:

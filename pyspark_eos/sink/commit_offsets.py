@@ -60,8 +60,9 @@ class CommitPlan:
         generation. Another instance's membership is never taken: it is the one fencing this."""
         by_member = []
         for stamp, ranges in self.by_member:
-            newer = [s for s in stamps if s.membership == stamp.membership and s.group_id == stamp.group_id
-                     and s.generation > stamp.generation]
+            # A stamp without a membership token (an older writer's) belongs to no known membership.
+            newer = [s for s in stamps if stamp.membership and s.membership == stamp.membership
+                     and s.group_id == stamp.group_id and s.generation > stamp.generation]
             by_member.append((max(newer, key=lambda s: s.generation, default=stamp), ranges))
         return dataclasses.replace(self, by_member=tuple(by_member))
 

@@ -57,8 +57,9 @@ def raise_if_rebalanced(error: KafkaException, stamp: GroupStamp, claim: Attempt
     if newer is None:
         raise GroupRebalancedError(
             f"{refused}, and no newer generation of this query's membership was recorded within "
-            f"{GENERATION_WAIT_S:.0f} s: another instance of the pipeline may have taken the group (the query then "
-            "fails with FencedError), or the driver lost its membership. Restart the query") from error
+            f"{GENERATION_WAIT_S:.0f} s: another instance of the pipeline may have taken the group, or the driver "
+            "could not record it. Look in the driver's log for FencedError and for 'recording generation ... "
+            "failed': if another instance runs, keep only one of them; otherwise restart the query") from error
     raise GroupRebalancedError(
         f"{refused}. Generation {newer.generation} is recorded ({len(newer.assignment)} partition(s) assigned): "
         "Spark's retry of this task commits under it. Retries need spark.task.maxFailures >= 2 (in local "
