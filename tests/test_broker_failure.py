@@ -153,3 +153,43 @@ def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_and_its_id_
     assert [r.value for r in read_committed(bootstrap, output)] == [b"first", b"retried"]
     fresh = AdminClient({"bootstrap.servers": bootstrap})  # the one above knows the old coordinator
     assert fetch_stable_committed_offsets(fresh, group, [(source, 0)], 30_000) == {(source, 0): 2}
+
+
+@pytest.mark.parametrize("stop", ["clean", "hard"])
+def test_the_drivers_question_about_committed_offsets_survives_the_coordinators_broker(kafka_cluster3, stop):
+    # Planning asks every batch where the group's offsets are (a replayed range must not be grouped
+    # with new ones). Through the driver's admin client, a request pending when the coordinator's
+    # broker was killed made librdkafka abort the process (the query died, in the chaos campaign
+    # and in about every other run of this test).
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pyspark_eos.source.offset_reader import KafkaOffsetReader
+    from pyspark_eos.source.options import SourceOptions
+
+    bootstrap = kafka_cluster3.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("asked"), partitions=2, replication=3)
+    group = unique_name("asked")
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"v", partition=0)
+    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], metadata, 30)
+    producer.commit_transaction(30)
+    reader = KafkaOffsetReader(SourceOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group}, streaming=True))
+    partitions = [(topic, 0), (topic, 1)]
+    # Once the commit is stable: until then the coordinator answers a read that does not wait
+    # for it with the offsets before the transaction.
+    assert reader.committed(group, partitions) == {(topic, 0): 7, (topic, 1): None}
+    assert reader.committed_now(group, partitions) == {(topic, 0): 7}
+    coordinator = reader.admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+
+    (kafka_cluster3.stop_node if stop == "clean" else kafka_cluster3.kill_node)(coordinator)
+    try:
+        # A killed coordinator's group is unreachable until its partition's new leader loads it;
+        # meanwhile a consumer's answer is OFFSET_INVALID, the same as "never committed".
+        assert reader.committed_now(group, partitions) in ({(topic, 0): 7}, {} if stop == "hard" else None)
+    finally:
+        kafka_cluster3.restart_node(coordinator)
+        kafka_cluster3.wait_in_sync()
+    assert reader.committed_now(group, partitions) == {(topic, 0): 7}

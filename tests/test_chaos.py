@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from pyspark_eos.testing.chaos.faults import KINDS, Schedule
+from pyspark_eos.testing.chaos.query import death_cause
 from pyspark_eos.testing.chaos.verifiers import FinalCheck, _check_one
 from pyspark_eos.testing.output_check import Record
 
@@ -54,6 +55,20 @@ def test_the_schedule_fires_every_kind_first_and_replays_from_its_seed():
     assert [r.random() for _, _, r in drawn] == [r.random() for _, _, r in replayed]
     with pytest.raises(ValueError, match="unknown fault kinds \\['broker-kil'\\]; the kinds are worker-kill"):
         Schedule(7, ["broker-kil"])
+
+
+def test_a_dead_querys_cause_is_read_from_its_drivers_log(tmp_path):
+    log = tmp_path / "driver-1.log"
+    log.write_text("\n".join([
+        "18:20:24.225 WARN ProcessingTimeExecutor: Current batch is falling behind.",
+        "python: rdkafka_queue.h:1086: rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed.",
+        "18:20:24.244 ERROR MicroBatchExecution: Query [id = 09a6] terminated with error",
+        "java.io.EOFException",
+        "\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)",
+    ]))
+    cause = death_cause(log)
+    assert len(cause) == 2 and "Assertion `eonce->refcnt > 0' failed" in cause[0] and "terminated" in cause[1]
+    assert death_cause(tmp_path / "missing.log") == []
 
 
 def test_a_three_minute_chaos_smoke_passes_every_verifier(tmp_path):

@@ -172,7 +172,10 @@ class GroupMembership:
             return stamp
         missing = sorted(wanted - stamp.assignment)
         held = held_by_other_members(self._admin(), self.group_id, stamp.member_id, missing)
-        if held:
+        if held is None:
+            # Maybe asked a coordinator that moved: librdkafka's admin client can keep asking it.
+            self._admin_client = None
+        elif held:
             log.warning("partitions %s are held by other members of consumer group %r (%s), which this pipeline "
                         "does not own: not waiting for a rebalance", sorted(held), self.group_id,
                         ", ".join(sorted(set(held.values()))))

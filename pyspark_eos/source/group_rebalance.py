@@ -24,16 +24,16 @@ _DESCRIBE_TIMEOUT_S = 15.0
 
 
 def held_by_other_members(admin, group_id: str, member_id: str,
-                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str] | None:
     """Which of ``partitions`` a member of the group other than ``member_id`` holds: its client id
-    and host. Empty when the group cannot be described (the caller then waits as before)."""
+    and host. None when the group cannot be described (the caller then waits as before)."""
     wanted = set(partitions)
     try:
         description = admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
             .result(_DESCRIBE_TIMEOUT_S)
     except Exception as error:  # noqa: BLE001 - only a shortcut: without it the plan waits
         log.info("describing consumer group %r failed (%s)", group_id, error)
-        return {}
+        return None
     held = {}
     for member in description.members:
         if member.member_id == member_id or member.assignment is None:

@@ -3,14 +3,15 @@
 "Latest" is the last stable offset (LSO): the first offset of the oldest still-open transaction,
 or the high watermark when none is open. A read_committed consumer cannot go past it, so a
 planned range never ends inside an undecided transaction. All questions go through one
-AdminClient kept for the life of the driver-side reader process.
+AdminClient kept for the life of the driver-side reader process; the question asked every batch
+about the group's committed offsets goes through a consumer (see committed_now).
 """
 from __future__ import annotations
 
 import logging
 from typing import Iterable
 
-from confluent_kafka import OFFSET_INVALID, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigurationError, KafkaClientError
@@ -24,12 +25,20 @@ log = logging.getLogger(__name__)
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 REQUEST_TIMEOUT_S = 30.0
+# One ListOffsets request: a leader answers in milliseconds, so one that has not after this long
+# went to a broker that stopped (or through a client that lost track of it), and is asked again.
+LIST_OFFSETS_REQUEST_TIMEOUT_S = 10.0
+# Answers after which the admin client is replaced: it names the wrong leader (or an old leader
+# epoch), or its request went unanswered. librdkafka's admin client kept asking an old leader for
+# minutes after its broker stopped.
+STALE_CLIENT_CODES = LEADERSHIP_CODES | {KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
 
 
 class KafkaOffsetReader:
     def __init__(self, options: SourceOptions):
         self.options = options
         self._admin: AdminClient | None = None
+        self._group_reader_client: Consumer | None = None
 
     @property
     def admin(self) -> AdminClient:
@@ -81,12 +90,41 @@ class KafkaOffsetReader:
         return fetch_stable_committed_offsets(self.admin, group, partitions, self.options.stable_offsets_timeout_ms,
                                               renew=self._renewed_admin)
 
+    def committed_now(self, group: str, partitions: list[TopicPartitionKey]) -> Offsets:
+        """The group's committed offsets now, not waiting for open transactions: a partition that
+        one holds has its previous commit; one the group never committed is left out, and so is
+        every partition while the group's coordinator is unreachable (librdkafka then answers
+        OFFSET_INVALID, as for a partition never committed).
+
+        Asked through a consumer, which follows the coordinator from broker to broker as part of
+        its job: an AdminClient's coordinator request still pending when the coordinator's broker
+        died made librdkafka abort the driver's reader process (the query died), and a long-lived
+        one waited out its timeout batch after batch once the coordinator had moved.
+        """
+        try:
+            answered = self._group_reader(group).committed(
+                [TopicPartition(topic, partition) for topic, partition in partitions], timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as error:
+            log.warning("consumer group %r: no committed offsets (%s)", group, error.args[0])
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in answered if tp.error is None and tp.offset >= 0}
+
+    def _group_reader(self, group: str) -> Consumer:
+        if self._group_reader_client is None:
+            # Never subscribes, so never joins the group. read_uncommitted: librdkafka asks for
+            # stable offsets (and waits for open transactions) only under read_committed.
+            self._group_reader_client = Consumer({
+                **self.options.kafka, "bootstrap.servers": self.options.bootstrap_servers, "group.id": group,
+                "isolation.level": "read_uncommitted", "enable.auto.commit": "false",
+                "enable.auto.offset.store": "false"})
+        return self._group_reader_client
+
     def _list_offsets(self, request: dict[TopicPartitionKey, OffsetSpec], what: str) -> Offsets:
         if not request:
             return {}
         try:
             return with_retries(lambda: self._list_offsets_once(request), f"listing {what} offsets",
-                                on_retry=self._forget_stale_leaders)
+                                on_retry=self._forget_stale_client)
         except KafkaException as error:
             raise KafkaClientError(
                 f"listing the {what} offsets of {sorted(request)} failed: {error.args[0]}; "
@@ -96,7 +134,7 @@ class KafkaOffsetReader:
     def _list_offsets_once(self, request: dict[TopicPartitionKey, OffsetSpec]) -> Offsets:
         futures = self.admin.list_offsets(
             {TopicPartition(topic, partition): spec for (topic, partition), spec in request.items()},
-            isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=REQUEST_TIMEOUT_S,
+            isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=LIST_OFFSETS_REQUEST_TIMEOUT_S,
         )
         offsets = {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
         unanswered = sorted(key for key, offset in offsets.items() if offset == OFFSET_INVALID)
@@ -111,9 +149,7 @@ class KafkaOffsetReader:
         self._admin = None
         return self.admin
 
-    def _forget_stale_leaders(self, error: KafkaException) -> None:
-        """After a leader moved, librdkafka's admin client kept asking the old leader (or sending
-        the old leader epoch, FENCED_LEADER_EPOCH) for minutes: a new client looks the leaders up."""
-        if error_code(error) in LEADERSHIP_CODES and self._admin is not None:
-            log.info("partition leaders moved (%s); asking again with a new admin client", error.args[0])
+    def _forget_stale_client(self, error: KafkaException) -> None:
+        if error_code(error) in STALE_CLIENT_CODES and self._admin is not None:
+            log.info("asking again with a new admin client (%s)", error.args[0])
             self._admin = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import os
 
-from ..kafka.group_offsets import fetch_committed_once
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..sink.attempt_fencing import ClaimsLog
 from ..sink.provenance import Provenance, record_read
@@ -59,11 +58,12 @@ class SourcePlanner:
         Kafka commit happened before Spark's commit log (maybe under another grouping: other
         cores, another minRecordsPerPartition). Grouped with unreplayed ranges, the sink could
         commit neither."""
-        # One OffsetFetch, not waiting for open transactions: a replayed range's offsets were
-        # committed, and a zombie's pending ones are aborted by the tasks' attempt fencing.
-        found = fetch_committed_once(self.kafka.admin, self.options.group_id, [r.key for r in ranges]).commits
-        return frozenset(r.key for r in ranges if found.get(r.key) is not None
-                         and found[r.key].offset not in (None, r.start))
+        # Not waiting for open transactions: a replayed range's offsets were committed, and a
+        # zombie's pending ones are aborted by the tasks' attempt fencing. Asked every batch: the
+        # driver's admin client must follow the group's coordinator when it moves (each request
+        # to a stale one waited its full timeout, batch after batch).
+        found = self.kafka.committed_now(self.options.group_id, [r.key for r in ranges])
+        return frozenset(r.key for r in ranges if found.get(r.key, r.start) != r.start)
 
     def _membership_holding(self, partitions: list) -> GroupStamp | None:
         if self.join_group() is None:

@@ -28,7 +28,7 @@ from ..processes import WorkerSampler
 from . import report
 from .faults import KINDS, Schedule
 from .input_writer import InputWriter
-from .query import QueryInstance, QuerySpec
+from .query import QueryInstance, QuerySpec, death_cause
 from .verifiers import OutputWatcher, committed_total, final_check, input_end_total, offsets_lag, open_transactions
 
 log = logging.getLogger(__name__)
@@ -212,11 +212,12 @@ class Campaign:
         from ..embedded_kafka import log_tail
 
         tail = log_tail(rig.query.log_path, 15)
-        log.error("the query died (exit %s) after %s; restarting it. Its log ends:\n%s",
-                  rig.query.process.returncode, after, tail)
+        cause = death_cause(rig.query.log_path)
+        log.error("the query died (exit %s) after %s; restarting it. Why:\n%s\nIts log ends:\n%s",
+                  rig.query.process.returncode, after, "\n".join(cause), tail)
         self.unexpected_exits.append({"at_s": round(time.monotonic() - self.started, 1), "after": after,
                                       "exit": rig.query.process.returncode, "log": str(rig.query.log_path),
-                                      "tail": tail.splitlines()[-5:]})
+                                      "cause": cause, "tail": tail.splitlines()[-5:]})
         rig.restart_query()
 
     def _drain(self, rig: Rig) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..embedded_kafka import die_with_parent
+from ..python_logging import environment
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class QueryInstance:
             # A session of its own (kill() takes the whole group), dying with the campaign.
             self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=die_with_parent())
+                                            preexec_fn=die_with_parent(), env=environment("INFO"))
         log.info("query driver %d started: pid %d, checkpoint %s, startingOffsets=%s, log %s",
                  number, self.process.pid, checkpoint, starting_offsets, self.log_path)
 
@@ -98,6 +99,21 @@ class QueryInstance:
             return True
         except subprocess.TimeoutExpired:
             return False
+
+
+# Lines of a driver's log that say why its query ended: Spark's error and its causes, and the
+# abort of a Python process (a failed assertion in librdkafka, a fatal Python error), which Spark
+# itself reports only as an EOFException from that process.
+_CAUSE_MARKERS = ("terminated with error", "Caused by:", "Assertion", "Fatal Python error", "query ended:")
+
+
+def death_cause(log_path: Path, lines: int = 8) -> list[str]:
+    """The last ``lines`` lines of a driver's log that say why its query ended."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    return [line[:400] for line in text.splitlines() if any(marker in line for marker in _CAUSE_MARKERS)][-lines:]
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -85,8 +85,9 @@ def summary(result: dict) -> str:
             lines.append(f"    behind: {verifier['offsets_behind_input_end']}, open: {verifier['open_transactions']}")
     if result["input_writer_error"]:
         lines.append(f"the input writer failed: {result['input_writer_error']}")
-    lines += [f"query died unexpectedly at {e['at_s']} s after {e['after']}: see {e['log']}"
-              for e in result["unexpected_query_exits"]]
+    for died in result["unexpected_query_exits"]:
+        lines.append(f"query died unexpectedly at {died['at_s']} s after {died['after']}: see {died['log']}")
+        lines += [f"    {line}" for line in died.get("cause", [])]
     lines.append(f"report: {result['report']}" + (f", plot: {result['plot']}" if result.get("plot") else ""))
     return "\n".join(lines)
 
