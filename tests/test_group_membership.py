@@ -91,3 +91,30 @@ def test_the_fenced_reader_stops_planning_with_an_error_that_says_what_happened(
 
     error = wait_until(fenced, 60, "the first reader to learn it was fenced", interval=0.5)
     assert group in str(error) and "another instance of the same pipeline" in str(error)
+
+
+def test_a_query_restarted_with_another_subscription_makes_the_earlier_runs_member_leave(kafka):
+    # A static member does not leave its group when the query stops, and the broker keeps it for
+    # session.timeout.ms: restarted with another subscription (so another instance id), the query's
+    # join waited for the earlier run's member (a rebalance waits for every member it knows).
+    bootstrap = kafka.bootstrap_servers
+    first = create_topic(bootstrap, unique_name("resubscribed"), partitions=2)
+    second = create_topic(bootstrap, unique_name("resubscribed"), partitions=1)
+    write_transactions(bootstrap, first, [(True, [(0, b"a"), (1, b"b")])])
+    group = unique_name("resubscribed")
+
+    def reader(subscribe: str) -> KafkaMicroBatchStream:
+        # A session longer than the join's 60 s: a member left behind outlasts the join.
+        return KafkaMicroBatchStream(SourceOptions.parse(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": subscribe, "kafka.group.id": group,
+             "startingOffsets": "earliest", "kafka.session.timeout.ms": "120000"}, streaming=True))
+
+    earlier = reader(first)
+    plan_one_batch(earlier)
+    earlier.stop()
+    later = reader(f"{first},{second}")
+    try:
+        planned = plan_one_batch(later)
+        assert {(first, 0), (first, 1), (second, 0)} <= planned[0].group.assignment
+    finally:
+        later.stop()

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import struct
 import threading
 import uuid
@@ -28,7 +29,8 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import AdminClient
 
 from ..errors import EosKafkaError, FencedError
-from .group_rebalance import held_by_other_members, rebalance_with_a_passing_member
+from .group_rebalance import (held_by_other_members, make_static_member_leave, rebalance_with_a_passing_member,
+                              static_members)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,11 @@ def instance_id_for(group_id: str, subscription: str) -> str:
     its own topics; a second instance of the same pipeline has the same ids and fences the first.
     """
     digest = hashlib.sha256(subscription.encode()).hexdigest()[:8]
-    return f"{group_id}.eos-kafka-driver.{digest}"
+    return f"{_instance_prefix(group_id)}{digest}"
+
+
+def _instance_prefix(group_id: str) -> str:
+    return f"{group_id}.eos-kafka-driver."
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,7 @@ class GroupMembership:
             # reports it through error_cb, not as a message from poll().
             "error_cb": self._on_error,
         }
+        self._pattern = pattern
         self._subscription = [f"^{pattern}"] if pattern else list(topics or [])
         self._state = threading.Condition()
         self._stamp: GroupStamp | None = None
@@ -216,6 +223,7 @@ class GroupMembership:
     # ----------------------------------------------------------------------------- the thread
 
     def _run(self) -> None:
+        self._evict_earlier_runs()
         consumer = Consumer(self._config)
         consumer.subscribe(self._subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
                            on_lost=self._on_revoke)
@@ -227,6 +235,29 @@ class GroupMembership:
         finally:
             if self._fenced is None:
                 consumer.close()
+
+    def _evict_earlier_runs(self) -> None:
+        """Make the static member of an earlier run of this query leave the group when that run read
+        some of these topics under another subscription (so another instance id).
+
+        A static member (KIP-345) does not leave when its client closes, and the broker keeps it
+        for session.timeout.ms: this member's join would wait for it (a rebalance waits for every
+        known member) and then share the topics with it. A member of another source of the same
+        query (a union) reads other topics and is left alone."""
+        members = static_members(AdminClient(self._client_config), self.group_id)
+        for instance, topics in sorted(members.items()):
+            if instance == self.instance_id or not instance.startswith(_instance_prefix(self.group_id)):
+                continue
+            if any(self._subscribes(topic) for topic in topics):
+                log.info("static member %r of an earlier run of this query, with another subscription, holds "
+                         "%s in consumer group %r until its session times out; making it leave the group",
+                         instance, sorted(topics), self.group_id)
+                make_static_member_leave(self._config, sorted(topics), instance, JOIN_TIMEOUT_S)
+
+    def _subscribes(self, topic: str) -> bool:
+        if self._pattern is not None:
+            return re.match(self._pattern, topic) is not None
+        return topic in self._subscription
 
     def _on_assign(self, consumer: Consumer, partitions) -> None:
         consumer.assign(partitions)

@@ -8,6 +8,8 @@ a static member (KIP-345) that rejoins gets its cached assignment back without a
 librdkafka's group leader starts one only when a metadata refresh shows a partition count other
 than the one its own client saw before, which a freshly started client never does. A dynamic
 member that joins the group and leaves it again makes the leader assign the partitions afresh.
+A static member of an earlier run of the query with another subscription is taken over and made
+to leave (make_static_member_leave).
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from confluent_kafka import Consumer
 log = logging.getLogger(__name__)
 
 _DESCRIBE_TIMEOUT_S = 15.0
+# How long an unsubscribe()'s revocation is waited for before the client closes anyway.
+_LEAVE_WAIT_S = 5.0
 
 
 def held_by_other_members(admin, group_id: str, member_id: str,
@@ -44,6 +48,51 @@ def held_by_other_members(admin, group_id: str, member_id: str,
     return held
 
 
+def static_members(admin, group_id: str) -> dict[str, set[str]]:
+    """The group's static members: instance id -> the topics of its assignment (empty when the
+    group cannot be described)."""
+    try:
+        description = admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
+            .result(_DESCRIBE_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001 - only a shortcut: without it the join waits
+        log.info("describing consumer group %r failed (%s)", group_id, error)
+        return {}
+    return {member.group_instance_id: {tp.topic for tp in (member.assignment.topic_partitions
+                                                           if member.assignment else [])}
+            for member in description.members if member.group_instance_id}
+
+
+def make_static_member_leave(config: dict, subscription: list[str], instance_id: str, timeout_s: float) -> None:
+    """Take over static member ``instance_id`` and leave the group with it.
+
+    A static member (KIP-345) does not leave the group when its client closes: the broker keeps its
+    assignment until session.timeout.ms passes, so a query restarted with another subscription (so
+    another instance id) would find the old run's member holding its partitions. Joining with the old
+    instance id replaces that member; librdkafka sends a static member's LeaveGroup on unsubscribe()
+    (not on close()), and the rebalance that follows hands its partitions to the remaining members.
+    """
+    settings = {key: value for key, value in config.items() if key != "error_cb"}
+    consumer = Consumer({**settings, "group.instance.id": instance_id, "enable.auto.commit": "false",
+                         "log_level": 0})
+    joined, left = threading.Event(), threading.Event()
+    consumer.subscribe(subscription, on_assign=lambda _consumer, _partitions: joined.set(),
+                       on_revoke=lambda _consumer, _partitions: left.set())
+    deadline = time.monotonic() + timeout_s
+    try:
+        _poll_until(consumer, joined, deadline)
+        consumer.unsubscribe()
+        _poll_until(consumer, left, min(deadline, time.monotonic() + _LEAVE_WAIT_S))
+        # The LeaveGroup goes out once the revocation is served: give it a moment on the wire.
+        _poll_until(consumer, threading.Event(), min(deadline, time.monotonic() + 1.0))
+    finally:
+        consumer.close()
+
+
+def _poll_until(consumer: Consumer, event: threading.Event, deadline: float) -> None:
+    while not event.is_set() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+
+
 def rebalance_with_a_passing_member(config: dict, subscription: list[str], timeout_s: float) -> None:
     """Join the group with a dynamic member and leave it (two rebalances): the group's leader then
     assigns every partition of the subscription."""
@@ -51,9 +100,7 @@ def rebalance_with_a_passing_member(config: dict, subscription: list[str], timeo
     consumer = Consumer({**passing, "enable.auto.commit": "false", "log_level": 0})
     joined = threading.Event()
     consumer.subscribe(subscription, on_assign=lambda _consumer, _partitions: joined.set())
-    deadline = time.monotonic() + timeout_s
     try:
-        while not joined.is_set() and time.monotonic() < deadline:
-            consumer.poll(0.2)
+        _poll_until(consumer, joined, time.monotonic() + timeout_s)
     finally:
         consumer.close()  # a dynamic member leaves the group on close: the second rebalance
