@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name
+from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
 
 pytestmark = pytest.mark.cluster3
 
@@ -14,6 +14,21 @@ def commit_values(producer, topic: str, values: list[bytes]) -> None:
     for value in values:
         producer.produce(topic, value=value, partition=0)
     producer.commit_transaction(90)
+
+
+def group_with_a_commit(bootstrap: str, name: str, partitions: int, offset: int) -> tuple[str, str]:
+    """A new topic and a group that committed ``offset`` for its partition 0 in a transaction."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = create_topic(bootstrap, unique_name(name), partitions=partitions, replication=3)
+    group = unique_name(name)
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"v", partition=0)
+    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], metadata, 30)
+    producer.commit_transaction(30)
+    return topic, group
 
 
 def partition_leader(bootstrap: str, topic: str) -> int:
@@ -62,6 +77,9 @@ def test_the_drivers_offset_questions_are_answered_while_a_leader_is_down_and_af
     partitions = [(topic, p) for p in range(3)]
     earliest = {key: 0 for key in partitions}
     latest = {(topic, p): p + 3 for p in range(3)}  # the records and the commit marker
+    # The commit markers are written after commit_transaction returns: until then the last stable
+    # offset stays before the transaction.
+    wait_until(lambda: reader.latest(partitions) == latest, 30, "the transaction's commit markers")
     assert (reader.earliest(partitions), reader.latest(partitions)) == (earliest, latest)
 
     leader = partition_leader(bootstrap, topic)
@@ -77,19 +95,10 @@ def test_a_stable_read_of_the_groups_offsets_follows_its_coordinator_to_another_
     # stopped, it was answered NOT_COORDINATOR for a minute, past the task's transaction timeout.
     # (A coordinator killed with SIGKILL can make librdkafka abort the process while an admin
     # request is pending, whatever the client: not tested here.)
-    from confluent_kafka import Consumer, TopicPartition
-
     from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
 
     bootstrap = kafka_cluster3.bootstrap_servers
-    topic = create_topic(bootstrap, unique_name("coordinated"), partitions=1, replication=3)
-    group = unique_name("coordinated")
-    producer = transactional_producer(bootstrap)
-    producer.begin_transaction()
-    producer.produce(topic, value=b"v", partition=0)
-    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
-    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], metadata, 30)
-    producer.commit_transaction(30)
+    topic, group = group_with_a_commit(bootstrap, "coordinated", partitions=1, offset=1)
     # The read below holds the only reference to the stale client, as a write task does: once
     # renewed it is destroyed with its requests (one still pending when the old coordinator comes
     # back would be answered NOT_COORDINATOR, on which librdkafka aborts the process).
@@ -158,23 +167,14 @@ def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_and_its_id_
 @pytest.mark.parametrize("stop", ["clean", "hard"])
 def test_the_drivers_question_about_committed_offsets_survives_the_coordinators_broker(kafka_cluster3, stop):
     # Planning asks every batch where the group's offsets are (a replayed range must not be grouped
-    # with new ones). Through the driver's admin client, a request pending when the coordinator's
-    # broker was killed made librdkafka abort the process (the query died, in the chaos campaign
-    # and in about every other run of this test).
-    from confluent_kafka import Consumer, TopicPartition
-
+    # with new ones). Through the driver's admin client, after the coordinator's broker was bounced,
+    # each request waited out its timeout until librdkafka aborted the process (the chaos smoke's
+    # query died); admin requests pending when the coordinator is killed can abort it too.
     from pyspark_eos.source.offset_reader import KafkaOffsetReader
     from pyspark_eos.source.options import SourceOptions
 
     bootstrap = kafka_cluster3.bootstrap_servers
-    topic = create_topic(bootstrap, unique_name("asked"), partitions=2, replication=3)
-    group = unique_name("asked")
-    producer = transactional_producer(bootstrap)
-    producer.begin_transaction()
-    producer.produce(topic, value=b"v", partition=0)
-    metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
-    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], metadata, 30)
-    producer.commit_transaction(30)
+    topic, group = group_with_a_commit(bootstrap, "asked", partitions=2, offset=7)
     reader = KafkaOffsetReader(SourceOptions.parse(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group}, streaming=True))
     partitions = [(topic, 0), (topic, 1)]

@@ -32,11 +32,8 @@ def held_by_other_members(admin, group_id: str, member_id: str,
     """Which of ``partitions`` a member of the group other than ``member_id`` holds: its client id
     and host. None when the group cannot be described (the caller then waits as before)."""
     wanted = set(partitions)
-    try:
-        description = admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
-            .result(_DESCRIBE_TIMEOUT_S)
-    except Exception as error:  # noqa: BLE001 - only a shortcut: without it the plan waits
-        log.info("describing consumer group %r failed (%s)", group_id, error)
+    description = _describe(admin, group_id)
+    if description is None:
         return None
     held = {}
     for member in description.members:
@@ -51,15 +48,23 @@ def held_by_other_members(admin, group_id: str, member_id: str,
 def static_members(admin, group_id: str) -> dict[str, set[str]]:
     """The group's static members: instance id -> the topics of its assignment (empty when the
     group cannot be described)."""
-    try:
-        description = admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
-            .result(_DESCRIBE_TIMEOUT_S)
-    except Exception as error:  # noqa: BLE001 - only a shortcut: without it the join waits
-        log.info("describing consumer group %r failed (%s)", group_id, error)
+    description = _describe(admin, group_id)
+    if description is None:
         return {}
     return {member.group_instance_id: {tp.topic for tp in (member.assignment.topic_partitions
                                                            if member.assignment else [])}
             for member in description.members if member.group_instance_id}
+
+
+def _describe(admin, group_id: str):
+    """The group's description, or None when it cannot be had (both uses are shortcuts: without
+    them planning or the join waits, as it would anyway)."""
+    try:
+        return admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
+            .result(_DESCRIBE_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001 - see above
+        log.info("describing consumer group %r failed (%s)", group_id, error)
+        return None
 
 
 def make_static_member_leave(config: dict, subscription: list[str], instance_id: str, timeout_s: float) -> None:
