@@ -9,6 +9,7 @@ stops it is counted (and restarted, so that the verifiers still run): it should 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import random
@@ -64,7 +65,10 @@ class ProgressTracker(threading.Thread):
     def run(self) -> None:
         while not self._stopped.wait(1.0):
             try:
-                self.samples.append((round(time.monotonic() - self.started, 1), committed_total(*self.args)))
+                total = committed_total(*self.args)
+                # Committed offsets do not move back: a lower sum is an unanswered partition.
+                if total >= self.latest():
+                    self.samples.append((round(time.monotonic() - self.started, 1), total))
             except Exception as error:  # a broker down: the next sample will do
                 log.debug("progress sample failed: %s", error)
 
@@ -266,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempt-fencing-off", action="store_true",
                         help="switch the sink's attempt fencing off, to see the verifiers catch what it prevents")
     args = parser.parse_args(argv)
+    # A crash inside librdkafka (the campaign's own clients live through every broker bounce)
+    # leaves the Python stacks of all threads in the output instead of only an exit code.
+    faulthandler.enable()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark_eos.testing.embedded_kafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
