@@ -25,9 +25,9 @@ class Ground:
     def plan(self):
         return self.claims.open_plan(self.group)
 
-    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT):
+    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, memberships=()):
         claim = claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
-                              transactional_id)
+                              transactional_id, memberships)
         claim.enforce()
         return claim
 
@@ -63,11 +63,30 @@ def test_a_newer_attempt_fences_the_older_attempts_open_transaction(ground):
     assert read_committed(ground.bootstrap, ground.output) == []
 
 
-def test_an_older_attempt_that_claims_after_a_newer_one_refuses(ground):
+@pytest.mark.parametrize("memberships", [(), ("query-run-1",)], ids=["no-membership", "one-membership"])
+def test_an_older_attempt_that_claims_after_a_newer_one_refuses(ground, memberships):
     plan = ground.plan()
-    ground.claim(plan, 6, unique_name("newer"))
+    ground.claim(plan, 6, unique_name("newer"), memberships=memberships)
     with pytest.raises(StaleAttemptError, match=r"a newer attempt of this task \(task 0 \(attempt 6\), plan"):
-        ground.claim(plan, 5, unique_name("older"))
+        ground.claim(plan, 5, unique_name("older"), memberships=memberships)
+
+
+def test_another_instances_later_plan_neither_fences_this_instances_attempt_nor_makes_it_stale(ground, caplog):
+    # An old instance that has not yet learnt that a second one replaced it in the group plans the
+    # batch after the new instance did: its plan record, and so its claims, order after the new
+    # instance's. The broker refuses the old instance's offsets (layer 1); its claims must not fail
+    # the new instance's attempts.
+    new_plan, old_plan = ground.plan(), ground.plan()
+    current_id = unique_name("current")
+    current = ground.open_transaction(current_id)
+    current_claim = ground.claim(new_plan, 1, current_id, memberships=["new-instance"])
+    ground.claim(old_plan, 9, unique_name("old-instance"), memberships=["old-instance"])
+    current.commit_transaction(30)  # not fenced by the old instance's claim
+    current_claim.release()
+    ground.claim(new_plan, 2, unique_name("current-retry"), memberships=["new-instance"])  # not stale
+    assert "of another instance of this pipeline" in caplog.text
+    assert wait_until(lambda: read_committed(ground.bootstrap, ground.output) or None, 30,
+                      "the new instance's commit")[0].value == current_id.encode()
 
 
 def test_a_later_plan_is_newer_whatever_the_task_attempt_ids(ground):

@@ -19,6 +19,8 @@
  *   NO_CLAIMS    skip steps 3 and 4: the stable read and the replay check only (the sink before
  *                attempt fencing)
  *   RELEASE_IN_FLIGHT  an attempt may append its RELEASE while its commit request is in flight
+ *   (claims name their run's membership: an attempt reads only its own run's claims; between
+ *   runs, the group membership and the stable read decide)
  *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
  *
  * Granularity: each atomic block below is ONE Kafka request (with the local decision taken on
@@ -55,6 +57,13 @@
 #define KIND(x)  ((x) / 64)
 #define EPOCH(x) (((x) / 8) % 8)
 #define TXNID(x) ((x) % 8)
+/* The run whose driver's membership planned an attempt (a claim carries its plan's membership
+ * token). With RESTART the last attempt is run 2's; all others are run 1's. */
+#ifdef RESTART
+#define RUN_OF(ep) ((ep) == NA -> 2 : 1)
+#else
+#define RUN_OF(ep) 1
+#endif
 
 /* ------------------------------------------------------------------ Kafka's state */
 
@@ -231,7 +240,8 @@ end_unplanned:
      * acknowledged before o was assigned, so what it reads is fixed: one step, however many
      * fetches. A CLAIM with a higher epoch: this attempt is stale. A CLAIM with a lower epoch
      * under another transactional id and no RELEASE of it (a RELEASE comes after its CLAIM):
-     * that attempt may still commit, its id is to be fenced. */
+     * that attempt may still commit, its id is to be fenced. A CLAIM of another run is neither:
+     * the plan offsets of two runs need not follow the order in which they joined the group. */
     if
     :: d_step {
            i = from;
@@ -239,8 +249,10 @@ end_unplanned:
            :: i > o -> break
            :: else ->
                if
-               :: KIND(claims[i]) == CLAIM && EPOCH(claims[i]) > me -> stale = true
-               :: KIND(claims[i]) == CLAIM && EPOCH(claims[i]) < me && TXNID(claims[i]) != id ->
+               :: KIND(claims[i]) == CLAIM && RUN_OF(EPOCH(claims[i])) == qrun && EPOCH(claims[i]) > me ->
+                   stale = true
+               :: KIND(claims[i]) == CLAIM && RUN_OF(EPOCH(claims[i])) == qrun && EPOCH(claims[i]) < me &&
+                  TXNID(claims[i]) != id ->
                    j = from;
                    do
                    :: j > o -> fence = fence | (1 << TXNID(claims[i])); break
@@ -323,7 +335,11 @@ end_unplanned:
     if
     :: atomic {
            if
+#ifdef MUTANT_NO_MEMBER_CHECK
+           :: CURRENT(id, my_pe) ->     /* MUTANT: the broker takes any member's offsets */
+#else
            :: CURRENT(id, my_pe) && member == qrun ->
+#endif
                 pending[id] = batch; printf("A%d: sent offset %d to its transaction\n", me, batch)
            :: !CURRENT(id, my_pe) -> printf("A%d: send offsets: PRODUCER_FENCED\n", me); goto failed
            :: else -> printf("A%d: send offsets: FENCED_INSTANCE_ID (a newer run owns the group)\n", me); goto failed

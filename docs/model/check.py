@@ -81,6 +81,8 @@ CONFIGS = (
            "a RELEASE appended before the transaction has ended"),
     Config("mutant:unstable-read+restart", ("ATTEMPTS=1", "RESTART", "MUTANT_UNSTABLE_READ"), VIOLATION,
            "a read of the group's offset that does not wait for pending transactional offsets"),
+    Config("mutant:no-member-check+restart", ("ATTEMPTS=1", "RESTART", "MUTANT_NO_MEMBER_CHECK"), VIOLATION,
+           "offsets taken from a replaced member: the runs' claims do not order them, layer 1 must"),
 )
 
 # --full adds these: minutes and gigabytes each (COLLAPSE compresses the stored states

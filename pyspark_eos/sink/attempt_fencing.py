@@ -28,6 +28,16 @@ Of any two attempts, the one whose claim lands later reads the other's: if it is
 fences the older before reading the group's offsets; if it is the older one it refuses. A zombie
 therefore either refuses, or finds its producer fenced, or finds the batch already committed (the
 replay check). docs/model/ holds a model of this protocol checked with spin.
+
+Claims order the attempts of one *instance* only (one driver's group membership; a claim names
+its plans' membership tokens). An attempt neither refuses because of another instance's claim
+nor fences it: another instance's plan can come later without being newer (an old instance not
+yet told that a second one replaced it plans the batch after the new one did), and ordering by
+plan offset would then fail the new instance's attempts while the old one's commits are refused.
+Between instances layer 1 decides: any claim this attempt can read came after its own plan record,
+so after both instances joined the group; whichever instance the group no longer knows gets
+its offsets refused (FENCED_INSTANCE_ID, ILLEGAL_GENERATION), and offsets it sent before that
+are waited for by the stable read.
 """
 from __future__ import annotations
 
@@ -36,7 +46,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -86,11 +96,18 @@ class Claim:
     transactional_id: str
     task: str
     offset: int = -1
+    # The GroupStamp.membership tokens of the attempt's plans: which instance of the pipeline it
+    # belongs to. Empty in a claim written without them: it counts as one of this instance's.
+    memberships: frozenset[str] = frozenset()
 
     def to_json(self) -> bytes:
         return json.dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
                            "plan": self.epoch.plan, "attempt": self.epoch.attempt,
-                           "transactional_id": self.transactional_id, "task": self.task}).encode()
+                           "transactional_id": self.transactional_id, "task": self.task,
+                           "memberships": sorted(self.memberships)}).encode()
+
+    def same_instance(self, other: "Claim") -> bool:
+        return not self.memberships or not other.memberships or bool(self.memberships & other.memberships)
 
     @classmethod
     def from_message(cls, message) -> "Claim | None":
@@ -100,7 +117,7 @@ class Claim:
                 return None
             return cls(data["kind"], data["group"], frozenset((t, p) for t, p in data["partitions"]),
                        AttemptEpoch(data["plan"], data["attempt"]), data["transactional_id"], data.get("task", "?"),
-                       message.offset())
+                       message.offset(), frozenset(data.get("memberships", ())))
         except (ValueError, KeyError, TypeError):
             return None  # a plan record, or something that is not ours
 
@@ -211,8 +228,10 @@ class AttemptClaim:
         own = self.claim
         records = _read(self.clients.consumer(), self.topic, self.start, self.offset)
         self.stamps = tuple(r for r in records if isinstance(r, GroupStamp) and r.group_id == own.group)
-        rivals = [c for c in records if isinstance(c, Claim)
-                  and c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
+        overlapping = [c for c in records if isinstance(c, Claim)
+                       and c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
+        rivals = [c for c in overlapping if own.same_instance(c)]
+        _log_other_instances([c for c in overlapping if c.kind == CLAIM and not own.same_instance(c)], own)
         newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
         if newer:
             raise StaleAttemptError(
@@ -236,8 +255,7 @@ class AttemptClaim:
 
     def release(self) -> None:
         # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.
-        released = Claim(RELEASE, self.claim.group, self.claim.partitions, self.claim.epoch,
-                         self.claim.transactional_id, self.claim.task)
+        released = replace(self.claim, kind=RELEASE, offset=-1)
         try:
             producer = self.clients.producer()
             producer.produce(self.topic, key=released.group.encode(), value=released.to_json(), partition=0)
@@ -249,8 +267,9 @@ class AttemptClaim:
 
 def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group: str,
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
-                  transactional_id: str) -> AttemptClaim | None:
-    """Append this attempt's claim on the task's input (None while fencing is switched off)."""
+                  transactional_id: str, memberships: Iterable[str] = ()) -> AttemptClaim | None:
+    """Append this attempt's claim on the task's input (None while fencing is switched off).
+    ``memberships``: the membership tokens of the plans' group stamps (this instance)."""
     if switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
@@ -261,9 +280,17 @@ def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group
                                  "give every eos-kafka source of a pipeline the same claimsTopic")
     topic = topics.pop()
     own = Claim(CLAIM, group, frozenset(partitions), AttemptEpoch(plans[-1].epoch, task_attempt_id),
-                transactional_id, task)
+                transactional_id, task, memberships=frozenset(m for m in memberships if m))
     offset = append(clients.producer(), topic, group, own.to_json())
     return AttemptClaim(own, topic, plans[0].epoch, offset, clients)
+
+
+def _log_other_instances(claims: list[Claim], own: Claim) -> None:
+    for other in claims:
+        log.warning("%s (%s): %s of another instance of this pipeline (%s, transactional id %r) claimed the same "
+                    "input; not fenced and not a reason to refuse: the consumer group decides which instance's "
+                    "offsets it takes (keep one instance running)", own.task, own.epoch, other.task, other.epoch,
+                    other.transactional_id)
 
 
 def _unreleased_older(rivals: list[Claim], own: Claim) -> list[Claim]:

@@ -220,7 +220,8 @@ def _claim(options: SinkOptions, plan: CommitPlan, task: TaskInfo, worker: Worke
         raise ConfigurationError(f"the input of {task.describe()} was planned without a claims position; "
                                  "the source and the sink must be the same eos-kafka version")
     return claim_attempt(fencing_clients_for(options), plan.fencing, options.group_id, plan.partitions,
-                         task.task_attempt_id, task.describe(), worker.transactional_id)
+                         task.task_attempt_id, task.describe(), worker.transactional_id,
+                         memberships=[stamp.membership for stamp, _ in plan.by_member])
 
 
 def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
