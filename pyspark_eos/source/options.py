@@ -165,12 +165,31 @@ def check_source_kafka_params(params: Mapping[str, str]) -> None:
     for key, reason in _FORBIDDEN_SOURCE_KAFKA_PARAMS.items():
         if key in params:
             raise ConfigurationError(f"option kafka.{key} is not supported by the eos-kafka source: {reason}")
+    _check_group_protocol(params)
     isolation = params.get("isolation.level", "read_committed").lower()
     if isolation != "read_committed":
         raise ConfigurationError(
             f"option kafka.isolation.level={params['isolation.level']!r} would expose aborted and "
             "uncommitted records and break exactly-once; remove it (the source always reads read_committed)"
         )
+
+
+def _check_group_protocol(params: Mapping[str, str]) -> None:
+    # The group membership fences by generation (KIP-447) and hands each generation's whole
+    # assignment to the sink's stamps: an eager rebalance of the classic protocol. A cooperative
+    # one revokes and assigns partitions in steps, and KIP-848's protocol has member epochs that
+    # the membership does not follow.
+    strategies = params.get("partition.assignment.strategy", "")
+    if "cooperative" in strategies.lower():
+        raise ConfigurationError(
+            f"option kafka.partition.assignment.strategy={strategies!r} is not supported by the eos-kafka source: "
+            "its group membership follows eager rebalances; use range or roundrobin, or remove the option")
+    protocol = params.get("group.protocol", "classic")
+    if protocol.lower() != "classic":
+        raise ConfigurationError(
+            f"option kafka.group.protocol={protocol!r} is not supported by the eos-kafka source: it joins the group "
+            "with the classic protocol (static membership and generations, KIP-345 and KIP-447); remove the option "
+            "or set it to classic")
 
 
 # ------------------------------------------------------------------------------- the source
