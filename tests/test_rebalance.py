@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark_eos.source.group_membership import GroupStamp
 from pyspark_eos.source.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.testing import fault_injection as faults
-from pyspark_eos.testing.local_spark import executor_local_dirs
+from pyspark_eos.testing.local_spark import executor_local_dirs, executor_logs
 
 from .kafka_tools import committed_offsets, last_stable_offsets, read_committed, wait_until, write_transactions
 from .spark_tools import PARTITIONS, Pipeline, eos_pipeline
@@ -65,6 +65,10 @@ def test_a_rebalance_during_a_batch_commits_it_under_the_new_generation(spark_cl
         if query.isActive:
             query.stop()
     pipeline.assert_exactly_once()
+    refused = f"consumer group '{pipeline.group}' rebalanced during this batch" in executor_logs(spark_cluster)
+    assert refused == (point == faults.STALL_AFTER_STABLE_READ), \
+        "the task stalled after its stable read must be refused (GroupRebalancedError) and retried; the one " \
+        f"stalled before producing must find the new generation with its claims (refused: {refused})"
 
 
 @pytest.mark.spark_local_cluster

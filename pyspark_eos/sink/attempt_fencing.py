@@ -231,7 +231,7 @@ class AttemptClaim:
         overlapping = [c for c in records if isinstance(c, Claim)
                        and c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
         rivals = [c for c in overlapping if own.same_instance(c)]
-        _log_other_instances([c for c in overlapping if c.kind == CLAIM and not own.same_instance(c)], own)
+        _log_other_instances([c for c in _unreleased(overlapping) if not own.same_instance(c)], own)
         newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
         if newer:
             raise StaleAttemptError(
@@ -286,19 +286,23 @@ def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group
 
 
 def _log_other_instances(claims: list[Claim], own: Claim) -> None:
-    for other in claims:
-        log.warning("%s (%s): %s of another instance of this pipeline (%s, transactional id %r) claimed the same "
-                    "input; not fenced and not a reason to refuse: the consumer group decides which instance's "
-                    "offsets it takes (keep one instance running)", own.task, own.epoch, other.task, other.epoch,
-                    other.transactional_id)
+    if claims:
+        first = claims[0]
+        log.warning("%s (%s): %d unreleased claim(s) of another instance of this pipeline on the same input (the "
+                    "first: %s, %s, transactional id %r); not fenced and not a reason to refuse: the consumer group "
+                    "decides which instance's offsets it takes (keep one instance running)", own.task, own.epoch,
+                    len(claims), first.task, first.epoch, first.transactional_id)
+
+
+def _unreleased(claims: list[Claim]) -> list[Claim]:
+    released = {(c.epoch, c.transactional_id) for c in claims if c.kind == RELEASE}
+    return [c for c in claims if c.kind == CLAIM and (c.epoch, c.transactional_id) not in released]
 
 
 def _unreleased_older(rivals: list[Claim], own: Claim) -> list[Claim]:
-    released = {(c.epoch, c.transactional_id) for c in rivals if c.kind == RELEASE}
     older = {}
-    for c in rivals:
-        if (c.kind == CLAIM and c.epoch < own.epoch and c.transactional_id != own.transactional_id
-                and (c.epoch, c.transactional_id) not in released):
+    for c in _unreleased(rivals):
+        if c.epoch < own.epoch and c.transactional_id != own.transactional_id:
             older.setdefault(c.transactional_id, c)
     return list(older.values())
 

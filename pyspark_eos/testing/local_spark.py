@@ -74,6 +74,17 @@ def executor_local_dirs(spark) -> set[str]:
     return set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())
 
 
+def executor_logs(spark) -> str:
+    """What the executors of a local-cluster session wrote to stderr (their log4j lines, the
+    exceptions of failed tasks, their Python workers' output): Spark's standalone worker keeps it
+    in $SPARK_HOME/work/<application id>/<executor id>/stderr."""
+    import pyspark
+
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    work = home / "work" / spark.sparkContext.applicationId
+    return "".join(path.read_text(errors="replace") for path in sorted(work.glob("*/stderr")))
+
+
 def executor_ids(spark) -> set[str]:
     """Ids of the executors registered with the driver (the driver itself excluded)."""
     ids = spark.sparkContext._jsc.sc().getExecutorIds()
