@@ -54,7 +54,7 @@ def _per_kind(faults: list[dict]) -> dict[str, dict]:
         times = [f["recovered_s"] for f in fired if f["recovered_s"] is not None]
         summary[kind] = {"fired": len(fired), "survived": len(times),
                          "not_reached": sum(1 for f in fired if f["details"].get("reached") is False),
-                         "recovery_s_median": statistics.median(times) if times else None,
+                         "recovery_s_median": round(statistics.median(times), 2) if times else None,
                          "recovery_s_max": max(times, default=None)}
     return summary
 
