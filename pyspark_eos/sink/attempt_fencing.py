@@ -230,8 +230,10 @@ class AttemptClaim:
         self.stamps = tuple(r for r in records if isinstance(r, GroupStamp) and r.group_id == own.group)
         overlapping = [c for c in records if isinstance(c, Claim)
                        and c.group == own.group and c.partitions & own.partitions and c.offset != self.offset]
-        rivals = [c for c in overlapping if own.same_instance(c)]
-        _log_other_instances([c for c in _unreleased(overlapping) if not own.same_instance(c)], own)
+        rivals, others = [], []
+        for c in overlapping:
+            (rivals if own.same_instance(c) else others).append(c)
+        _log_other_instances(_unreleased(others), own)
         newer = [c for c in rivals if c.kind == CLAIM and c.epoch > own.epoch]
         if newer:
             raise StaleAttemptError(
