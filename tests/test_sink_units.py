@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from pyspark_eos.sink.commit_offsets import CommitPlan, Decision, commit_plan, decide
-from pyspark_eos.errors import ConfigurationError, OffsetMismatchError, ProvenanceError
+from pyspark_eos.sink.commit_offsets import CommitPlan, Decision, commit_plan, decide, partition_metadata
+from pyspark_eos.errors import ConfigurationError, FencedError, OffsetMismatchError, ProvenanceError
 from pyspark_eos.source.group_membership import GroupStamp
 from pyspark_eos.kafka.group_offsets import Committed
 from pyspark_eos.source.offset_planning import OffsetRange
@@ -74,6 +74,19 @@ def test_commit_decision_replay_go_or_mismatch():
     for committed in (at(20, 5), at(12, 5), at(30, 6)):
         with pytest.raises(OffsetMismatchError, match=r"t-0@\d+, t-1@\d+ but this task read t-0\[10,20\)"):
             decide(PLAN, committed)
+
+
+def test_a_mismatch_with_offsets_another_query_committed_names_the_other_instance():
+    theirs = partition_metadata(3, "7", "their-query")
+    committed = {("t", 0): Committed(27, theirs), ("t", 1): Committed(5, theirs)}
+    with pytest.raises(FencedError, match=r"another streaming query \(id their-query\), not by this one \(id our-query\)"):
+        decide(PLAN, committed, "our-query")
+    with pytest.raises(OffsetMismatchError):  # this query's own offsets, or a batch write's: the checkpoint disagrees
+        decide(PLAN, {("t", 0): Committed(27, partition_metadata(3, "7", "our-query")), ("t", 1): Committed(5, "")},
+               "our-query")
+    with pytest.raises(OffsetMismatchError):
+        decide(PLAN, committed, None)
+    assert decide(PLAN, {("t", 0): Committed(10, theirs), ("t", 1): Committed(5, theirs)}, "our-query") is Decision.COMMIT
 
 
 def test_commit_plan_needs_provenance_and_one_group():

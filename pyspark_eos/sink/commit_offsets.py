@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .attempt_fencing import FencingPlan
-from ..errors import ConfigurationError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
+from ..errors import ConfigurationError, FencedError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
 from ..source.group_membership import GroupStamp
 from ..kafka.group_offsets import Committed
 from ..source.offset_planning import OffsetRange
@@ -120,13 +120,25 @@ def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committ
             )
 
 
-def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> Decision:
+def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed], query_id: str | None = None) -> Decision:
     offsets = {r.key: committed.get(r.key, _NEVER).offset for r in plan.ranges}
     if all(offsets[r.key] == r.end for r in plan.ranges):
         return Decision.ALREADY_COMMITTED
     if all(_at_start(r, offsets[r.key]) for r in plan.ranges):
         return Decision.COMMIT
     found = ", ".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in offsets.items())
+    others = sorted({q for r in plan.ranges if (q := _stored_query(committed.get(r.key, _NEVER).metadata))
+                     and query_id and q != query_id})
+    if others:
+        # A static member replaced by another instance keeps its generation (no rebalance), so the
+        # ownership check cannot tell; the query id stored with the offsets can.
+        raise FencedError(
+            f"the group has committed {found} but this task read {plan.describe()}, and those offsets were "
+            f"committed by another streaming query (id {others[0]}), not by this one (id {query_id}): another "
+            "instance of the same pipeline, with another checkpoint, runs or ran on this consumer group. If it "
+            "runs, keep one of the two; if it was stopped for good and this query should go on, restart this one "
+            "with an empty checkpoint and startingOffsets=group"
+        )
     raise OffsetMismatchError(
         f"the group has committed {found} but this task read {plan.describe()}: "
         "committing would leave a gap or process records twice. The checkpoint and the group's offsets "
@@ -142,7 +154,19 @@ def _at_start(offset_range: OffsetRange, committed_offset: int | None) -> bool:
 
 
 def _stored_generation(metadata: str) -> int:
+    generation = _stored(metadata).get("generation", -1)
+    return generation if isinstance(generation, int) else -1  # a plain consumer's commit carries none
+
+
+def _stored_query(metadata: str) -> str | None:
+    query = _stored(metadata).get("query")
+    return query if isinstance(query, str) else None
+
+
+def _stored(metadata: str) -> dict:
+    """What partition_metadata stored; empty for an offset committed by something else."""
     try:
-        return int(json.loads(metadata).get("generation", -1))
-    except (ValueError, AttributeError, TypeError):
-        return -1  # committed by something else (a plain consumer): carries no generation
+        stored = json.loads(metadata)
+    except ValueError:
+        return {}
+    return stored if isinstance(stored, dict) else {}

@@ -232,7 +232,7 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
                                          options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
         faults.stall_point(faults.STALL_AFTER_STABLE_READ)
         check_ownership(plan, committed)
-        if decide(plan, committed) is Decision.ALREADY_COMMITTED:
+        if decide(plan, committed, task.query_id) is Decision.ALREADY_COMMITTED:
             # Spark replays a batch whose Kafka commit happened before its own commit log entry.
             producer.abort_transaction(COMMIT_TIMEOUT_S)
             return "skipped (already committed)"
