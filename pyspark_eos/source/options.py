@@ -203,8 +203,10 @@ SOURCE_OPTIONS = (
 )
 
 # Kafka partitions with fewer records in a batch share a Spark task until it has about this many:
-# each task pays a transaction, its offsets and its commit once, some 100 ms.
-DEFAULT_MIN_RECORDS_PER_PARTITION = 20_000
+# each task pays a transaction, its offsets and its commit once, some 100 ms. Measured on 2 cores
+# (benchmarks/README.md): a batch of 100k records copies fastest in 2 tasks of 50k (20k made 4),
+# one of 500k in 8 tasks (2 tasks of 250k were 0.8x as fast: one consumer and producer per task).
+DEFAULT_MIN_RECORDS_PER_PARTITION = 50_000
 
 # Where the sink's write-task attempts claim their input (see attempt_fencing): one topic per
 # Kafka cluster serves every pipeline, its records keyed by group.
