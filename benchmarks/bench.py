@@ -40,6 +40,7 @@ log = logging.getLogger("benchmarks")
 
 COPY_CONTENDERS = {
     "eos-kafka": contenders.eos_kafka_copy,
+    "eos-kafka at-least-once": contenders.eos_kafka_at_least_once,
     "spark-kafka": contenders.spark_kafka_copy,
     "kafka-copier": contenders.kafka_copier,
     "python-loop": contenders.python_loop,

@@ -121,9 +121,16 @@ def eos_kafka_copy(ground: Ground, source: str, partitions: int, records: int, b
         source_options["minRecordsPerPartition"] = 1  # its ids need one input partition per task
     reader = _stream(ground, "eos-kafka", source, batch, source_options)
     writer_options = {"kafka.group.id": group, "transactionalIdPrefix": prefix, **(sink_options or {})}
+    writer_options = {key: value for key, value in writer_options.items() if value is not None}
     run = _run_stream(ground, name, reader, "eos-kafka", writer_options, partitions, records)
     run.extra["prefix"] = prefix
     return run
+
+
+def eos_kafka_at_least_once(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    """The sink's deliveryGuarantee=at-least-once: a transaction per task, no input offsets."""
+    return eos_kafka_copy(ground, source, partitions, records, batch,
+                          {"kafka.group.id": None, "deliveryGuarantee": "at-least-once"}, "eos-kafka at-least-once")
 
 
 def transactional_ids(ground: Ground, prefix: str) -> int:

@@ -56,9 +56,9 @@ def eos_pipeline(spark, bootstrap: str, source_topic: str, sink_topic: str, grou
     frame = source(spark, bootstrap, source_topic, **{"kafka.group.id": group, **source_options})
     frame = transform(frame) if transform else frame.select("key", "value")
     writer = (frame.writeStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", sink_topic).option("kafka.group.id", group))
-    for key, value in (sink_options or {}).items():
-        writer = writer.option(key, str(value))
+              .option("topic", sink_topic))
+    for key, value in {"kafka.group.id": group, **(sink_options or {})}.items():
+        writer = writer if value is None else writer.option(key, str(value))  # None: the option left out
     return writer
 
 

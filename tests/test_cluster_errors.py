@@ -110,7 +110,7 @@ def test_a_sink_on_an_unreachable_cluster_fails_within_the_bound(spark, kafka, n
     frame = source(spark, kafka.bootstrap_servers, pipeline.input, startingOffsets="earliest")
     frame = frame.select("key", "value") if topic_option else frame.select("key", "value", F.lit("out").alias("topic"))
     writer = (frame.writeStream.format("eos-kafka").option("kafka.bootstrap.servers", nowhere)
-              .option("connectTimeoutMs", str(BOUND_S * 1000)))
+              .option("kafka.group.id", pipeline.group).option("connectTimeoutMs", str(BOUND_S * 1000)))
     writer = writer.option("topic", "out") if topic_option else writer
     started = time.monotonic()
     with pytest.raises(StreamingQueryException, match=no_broker_answered(nowhere)):

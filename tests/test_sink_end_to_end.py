@@ -47,6 +47,12 @@ def test_offsets_are_committed_with_generation_batch_and_query(spark, pipeline, 
     assert int(metadata["batch"]) == max(p["batchId"] for p in query.recentProgress if p["numInputRows"])
 
 
+def test_at_least_once_is_chosen_by_its_option_and_commits_no_input_offsets(spark, pipeline):
+    pipeline.run(spark, sink_options={"kafka.group.id": None, "deliveryGuarantee": "at-least-once"})
+    assert sorted(pipeline.output_values()) == sorted(pipeline.input_values())
+    assert set(committed_offsets(pipeline.bootstrap, pipeline.group, pipeline.input, PARTITIONS).values()) == {-1001}
+
+
 def test_a_batch_replayed_after_its_kafka_commit_is_skipped(spark, pipeline):
     """The driver died after the Kafka commits of its last batch, before Spark's commit log."""
     pipeline.run(spark)

@@ -239,3 +239,17 @@ def test_a_task_hands_its_plans_membership_over_to_its_writer():
 
     provenance = Provenance(PLAN.ranges, dataclasses.replace(STAMP, membership="run-1"))
     assert _from_json(_to_json(provenance)) == provenance
+
+
+def test_delivery_guarantee_is_chosen_never_fallen_back_to():
+    base = {"kafka.bootstrap.servers": "h:1", "topic": "out"}
+    with pytest.raises(ConfigurationError, match="needs kafka.group.id"):
+        SinkOptions.parse(base).check_streaming()
+    SinkOptions.parse({**base, "kafka.group.id": "g"}).check_streaming()
+    at_least_once = SinkOptions.parse({**base, "deliveryGuarantee": "AT-LEAST-ONCE"})
+    at_least_once.check_streaming()
+    assert not at_least_once.exactly_once
+    with pytest.raises(ConfigurationError, match="at-least-once commits no input offsets, but kafka.group.id"):
+        SinkOptions.parse({**base, "deliveryGuarantee": "at-least-once", "kafka.group.id": "g"})
+    with pytest.raises(ConfigurationError, match="use one of: exactly-once, at-least-once"):
+        SinkOptions.parse({**base, "deliveryGuarantee": "none"})

@@ -40,6 +40,14 @@ CASES = {
                                     "option kafka.transactional.id is not supported by the eos-kafka sink", SINK),
     "sink unknown option": ({}, {"topics": "x"}, None, lambda f: f.select("key", "value"),
                             "unknown option\\(s\\) for the eos-kafka sink: topics", SINK),
+    "sink without kafka.group.id": ({}, {"kafka.group.id": None}, None, lambda f: f.select("key", "value"),
+                                    "deliveryGuarantee=exactly-once \\(the default\\) needs kafka.group.id", SINK),
+    "sink at-least-once with a group": ({}, {"deliveryGuarantee": "at-least-once"}, None,
+                                        lambda f: f.select("key", "value"),
+                                        "deliveryGuarantee=at-least-once commits no input offsets", SINK),
+    "sink deliveryGuarantee": ({}, {"deliveryGuarantee": "none"}, None, lambda f: f.select("key", "value"),
+                               "option deliveryGuarantee='none' is not valid; use one of: exactly-once, at-least-once",
+                               SINK),
 }
 
 
@@ -49,10 +57,9 @@ def test_a_stream_only_mistake_fails_before_any_task_runs(spark, kafka, tmp_path
     pipeline = Pipeline(kafka, tmp_path, rounds=1)
     frame = transform(_stream_source(spark, pipeline, schema, source_options))
     writer = (frame.writeStream.format("eos-kafka").option("kafka.bootstrap.servers", pipeline.bootstrap)
-              .option("topic", pipeline.output).option("kafka.group.id", pipeline.group)
-              .option("checkpointLocation", pipeline.checkpoint))
-    for key, value in sink_options.items():
-        writer = writer.option(key, value)
+              .option("topic", pipeline.output).option("checkpointLocation", pipeline.checkpoint))
+    for key, value in {"kafka.group.id": pipeline.group, **sink_options}.items():
+        writer = writer if value is None else writer.option(key, value)  # None: the option left out
     query = writer.trigger(availableNow=True).start()  # returns: Spark initializes the query in its own thread
     with pytest.raises(StreamingQueryException, match=message):
         query.awaitTermination(120)

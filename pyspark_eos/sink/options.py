@@ -13,7 +13,12 @@ from ..kafka.options import (DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIM
 # ------------------------------------------------------------------------------- the sink
 
 SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "transactionalIdPer", "connectTimeoutMs", "checkpointLocation", "path")
+                "transactionalIdPer", "deliveryGuarantee", "connectTimeoutMs", "checkpointLocation", "path")
+
+# As Flink's KafkaSink: exactly-once commits each task's input offsets with its records (it needs
+# kafka.group.id); at-least-once writes each task in a transaction of its own, without offsets, so
+# a replayed batch is written again. A streaming write says which one it is, never falls back.
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 
 # One transactional id per write slot (KIP-447), or per input partition: the older design, where
 # only the partition's own producer may commit its offsets. Kept to measure what KIP-447 saves.
@@ -39,11 +44,23 @@ class SinkOptions:
     stable_offsets_timeout_ms: int
     kafka: dict[str, str]
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
+    delivery_guarantee: str = EXACTLY_ONCE
 
     @property
     def exactly_once(self) -> bool:
         """With kafka.group.id the sink commits the input offsets of each task in its transaction."""
         return self.group_id is not None
+
+    def check_streaming(self) -> None:
+        """A streaming write is exactly-once, or at-least-once because the options say so."""
+        if self.delivery_guarantee == EXACTLY_ONCE and self.group_id is None:
+            raise ConfigurationError(
+                "a streaming write with deliveryGuarantee=exactly-once (the default) needs kafka.group.id: each "
+                "task commits the input offsets it read, in its consumer group, with its records, so that a "
+                "replayed batch writes nothing twice. Set the sink's kafka.group.id to the eos-kafka source's "
+                "group, or set deliveryGuarantee=at-least-once to write each task in a transaction without "
+                "input offsets (a replayed batch is then written again)"
+            )
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -66,6 +83,12 @@ class SinkOptions:
             raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
         topic = parse_topic_name(options, "topic", None)
         id_per = parse_choice(options, "transactionalIdPer", (ID_PER_SLOT, ID_PER_PARTITION), ID_PER_SLOT)
+        guarantee = parse_choice(options, "deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE), EXACTLY_ONCE)
+        if guarantee == AT_LEAST_ONCE and group_id is not None:
+            raise ConfigurationError(
+                "deliveryGuarantee=at-least-once commits no input offsets, but kafka.group.id asks the sink to "
+                f"commit them to consumer group {group_id!r}: drop kafka.group.id for at-least-once, or drop "
+                "deliveryGuarantee (exactly-once is the default)")
         if id_per == ID_PER_PARTITION and group_id is None:
             raise ConfigurationError("transactionalIdPer=partition derives ids from the input partitions, which "
                                      "the sink knows only with kafka.group.id; set it, or use transactionalIdPer=slot")
@@ -81,4 +104,5 @@ class SinkOptions:
                                                          timeout + STABLE_OFFSETS_MARGIN_MS),
             kafka=params,
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
+            delivery_guarantee=guarantee,
         )
