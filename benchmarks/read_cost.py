@@ -4,7 +4,7 @@ by default 125 records of 100 B each: one task of a 1k-record batch over 8 parti
 
     .venv/bin/python -m benchmarks.read_cost [--compare-with REV] [--records N] [--size BYTES]
 
-With ``--compare-with`` the partition reader of that git revision is timed too, alternated with
+With ``--compare-with`` the partition reader of that git revision (its code and its consumer settings) is timed too, alternated with
 the current one in the same run, against the same embedded broker; results go to
 results/read-cost.json.
 """
@@ -46,12 +46,15 @@ def _reader_at(revision: str):
     return module
 
 
-def _time_reads(readers: dict, ranges: tuple, settings, records: int, repeats: int) -> dict[str, list[float]]:
+def _time_reads(readers: dict, ranges: tuple, bootstrap: str, records: int, repeats: int) -> dict[str, list[float]]:
+    # Each reader with its own revision's consumer settings: a change of settings is a change too.
+    settings = {name: module.ReaderSettings(module.consumer_config(bootstrap, {}, None), False, True)
+                for name, module in readers.items()}
     timings: dict[str, list[float]] = {name: [] for name in readers}
     for repeat in range(repeats):
         for name, module in readers.items():  # alternated, so that drift hits both alike
             started = time.perf_counter()
-            rows = sum(batch.num_rows for batch in module.read_ranges(ranges, settings))
+            rows = sum(batch.num_rows for batch in module.read_ranges(ranges, settings[name]))
             timings[name].append((time.perf_counter() - started) * 1000)
             if rows != records:
                 raise RuntimeError(f"{name} read {rows} records, expected {records}")
@@ -75,10 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedKafkaCluster(nodes=1) as cluster:
         topic = create_topic(cluster.bootstrap_servers, "read-cost", partitions=PARTITIONS)
         write_input(cluster.bootstrap_servers, topic, args.records, args.size, PARTITIONS)
-        settings = partition_reader.ReaderSettings(
-            partition_reader.consumer_config(cluster.bootstrap_servers, {}, None), False, True)
         ranges = tuple(OffsetRange(topic, p, 0, args.records // PARTITIONS) for p in range(PARTITIONS))
-        timings = _time_reads(readers, ranges, settings, args.records // PARTITIONS * PARTITIONS, args.repeats)
+        timings = _time_reads(readers, ranges, cluster.bootstrap_servers, args.records // PARTITIONS * PARTITIONS, args.repeats)
     result = {name: {"records": args.records, "record_bytes": args.size, "median_ms": statistics.median(v),
                      "p90_ms": statistics.quantiles(v, n=10)[-1]} for name, v in timings.items()}
     for name, figures in result.items():
