@@ -15,13 +15,15 @@ How a page runs, in order of its blocks:
   records more before each block that runs spark-submit), ``exactly-once IN -> OUT GROUP [upper]``
   (after the page, a plain read_committed consumer finds each input value, transformed, once), ``broker secured`` (a broker of
   its own with SASL/PLAIN and ACL authorization) and ``python runtime`` (bash blocks get a fresh
-  virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH).
+  virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH)
+  and ``connect`` (a Spark Connect server for the page, its URL in ``SPARK_REMOTE`` for bash blocks).
 
 Two blocks are not run here, and the test checks who runs them: ``make test`` is what CI runs
 (.ci/run) and ``make demo`` is run by test_example_pipeline.py.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -35,6 +37,7 @@ from pyspark_eos import errors
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, free_ports, kafka_tool_command
 from pyspark_eos.sink.options import SINK_OPTIONS
 from pyspark_eos.source.options import SOURCE_OPTIONS
+from pyspark_eos.testing.local_spark import local_connect_server
 from pyspark_eos.testing.project_files import conf_dir
 
 from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, write_transactions
@@ -130,8 +133,10 @@ def test_the_troubleshooting_page_covers_every_error_class():
 @pytest.mark.parametrize("path", [p for p in PAGES if read_page(p).blocks], ids=page_id)
 def test_the_page_runs(path, kafka, spark, tmp_path, monkeypatch):
     page = read_page(path)
-    with page_broker(page, kafka.bootstrap_servers, tmp_path) as broker:
+    with page_broker(page, kafka.bootstrap_servers, tmp_path) as broker, contextlib.ExitStack() as stack:
         runner = PageRunner(page, broker, spark, tmp_path)
+        if page.wants("connect"):  # bash blocks are Spark Connect clients of a server of the page's own
+            runner.env["SPARK_REMOTE"] = stack.enter_context(local_connect_server(tmp_path / "connect-server.log"))
         runner.prepare()
         for block in page.blocks:
             runner.run(block)

@@ -6,9 +6,12 @@ producer per worker slot) has to be tested on. Both work from the pip-installed 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -100,4 +103,54 @@ def wait_for_executors(spark, count: int, timeout: float = 120.0) -> set[str]:
             return registered
         if time.monotonic() > deadline:
             raise TimeoutError(f"only executors {sorted(registered)} registered in {timeout:.0f} s, expected {count}")
+        time.sleep(0.2)
+
+
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+@contextlib.contextmanager
+def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 180.0):
+    """A Spark Connect server on 127.0.0.1, started with the installed PySpark's ``spark-submit``
+    (its jars include the server), its Python workers on this interpreter; yields the ``sc://``
+    URL a client connects to. Its log goes to ``log_file``."""
+    from .embedded_kafka import free_ports
+
+    port = free_ports(1)[0]
+    java_options = _log4j_options()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("SPARK_HOME", None)  # the pip-installed PySpark's own
+    command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--class", CONNECT_SERVER_CLASS,
+               "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+               "--conf", f"spark.connect.grpc.binding.port={port}",
+               "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+               "--driver-java-options", java_options]
+    with open(log_file, "w") as log_output:
+        server = subprocess.Popen(command, stdout=log_output, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_for_port(server, port, timeout, log_file)
+        log.info("Spark Connect server %d listening on 127.0.0.1:%d (log: %s)", server.pid, port, log_file)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        server.terminate()  # spark-submit execs the JVM: this is the server itself
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(30)
+
+
+def _wait_for_port(server: subprocess.Popen, port: int, timeout: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"the Spark Connect server exited with {server.returncode}: "
+                               f"{log_file.read_text(errors='replace')[-3000:]}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Spark Connect server did not listen on port {port} within {timeout:.0f} s "
+                               f"(log: {log_file})")
         time.sleep(0.2)
