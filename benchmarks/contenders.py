@@ -114,9 +114,9 @@ def claim_cost_ms(ground: Ground, tasks: int = 200, tasks_per_plan: int = 8) -> 
 # ----------------------------------------------------------------------------- copy pipelines
 
 def eos_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int,
-                   sink_options: dict | None = None, name: str = "eos-kafka") -> Run:
+                   sink_options: dict | None = None, name: str = "eos-kafka", source_options: dict | None = None) -> Run:
     group, prefix = unique("bench-eos"), unique("bench")
-    source_options = {"kafka.group.id": group}
+    source_options = {"kafka.group.id": group, **(source_options or {})}
     if (sink_options or {}).get("transactionalIdPer") == "partition":
         source_options["minRecordsPerPartition"] = 1  # its ids need one input partition per task
     reader = _stream(ground, "eos-kafka", source, batch, source_options)

@@ -1,0 +1,90 @@
+"""One lever at a time: eos-kafka copies with different source or sink options, alternated with
+Spark's connector on one input in one run, so that each variant's throughput is read against the
+others' measured beside it.
+
+    .venv/bin/python -m benchmarks.variants --size 1000 --records 600000 --batch 100000 --repeats 3 \\
+        --variant tasks-of-50k source.minRecordsPerPartition=50000 \\
+        --variant tasks-of-20k source.minRecordsPerPartition=20000
+
+Every run's output is counted (each input record once); prints each run and a table of medians,
+with each contender's ratio to Spark's connector. ``eos-kafka`` (the defaults) and ``spark-kafka``
+always run.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
+
+from . import contenders
+from .workload import unique, write_input
+
+log = logging.getLogger("benchmarks.variants")
+PARTITIONS = 8
+
+
+def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict]:
+    """``source.<option>=<value>`` and ``sink.<option>=<value>`` settings of one variant."""
+    options: dict[str, dict] = {"source": {}, "sink": {}}
+    for setting in settings:
+        side, _, assignment = setting.partition(".")
+        key, equals, value = assignment.partition("=")
+        if side not in options or not equals:
+            raise SystemExit(f"variant {name}: {setting!r} is not source.<option>=<value> or sink.<option>=<value>")
+        options[side][key] = value
+    return name, options["source"], options["sink"]
+
+
+def run_variant(ground, source_topic: str, records: int, batch: int, variant: tuple[str, dict, dict]):
+    name, source_options, sink_options = variant
+    if name == "spark-kafka":
+        return contenders.spark_kafka_copy(ground, source_topic, PARTITIONS, records, batch)
+    return contenders.eos_kafka_copy(ground, source_topic, PARTITIONS, records, batch, sink_options, name,
+                                     source_options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=100, help="bytes per record")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=100_000, help="records per micro-batch (maxOffsetsPerTrigger)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "SETTING"),
+                        help="a name, then source.<option>=<value> or sink.<option>=<value> settings")
+    args = parser.parse_args(argv)
+    variants = [("spark-kafka", {}, {}), ("eos-kafka", {}, {}),
+                *(parse_variant(name, settings) for name, *settings in args.variant)]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    runs: dict[str, list] = {name: [] for name, _, _ in variants}
+    with tempfile.TemporaryDirectory(prefix="eos-kafka-variants-") as work, \
+            EmbeddedKafkaCluster(directory=Path(work) / "kafka", heap="2g") as kafka:
+        ground = contenders.start_ground(kafka.bootstrap_servers, Path(work))
+        contenders.warm_up(ground)
+        source_topic = create_topic(kafka.bootstrap_servers, unique("in"), PARTITIONS)
+        write_input(kafka.bootstrap_servers, source_topic, args.records, args.size, PARTITIONS)
+        for repeat in range(args.repeats):
+            for variant in variants:  # alternated, so that drift (the JVM warming up) hits all alike
+                run = run_variant(ground, source_topic, args.records, args.batch, variant)
+                runs[variant[0]].append(run)
+                log.info("repeat %d/%d: %s %.0f records/s, batch p50 %.0f ms, out ok: %s; first batch %s",
+                         repeat + 1, args.repeats, variant[0], run.records_per_second,
+                         statistics.median(run.batch_ms), run.records_out == args.records,
+                         run.extra["batch_phases_ms"][0])
+        ground.spark.stop()
+    spark = statistics.median(r.records_per_second for r in runs["spark-kafka"])
+    print(f"\n{args.records} records of {args.size} B, batches of {args.batch}, medians of {args.repeats}")
+    for name, done in runs.items():
+        speed = statistics.median(r.records_per_second for r in done)
+        print(f"{name:>24} {speed:>10,.0f} records/s {speed / spark:>6.2f}x spark-kafka   "
+              f"out ok: {all(r.records_out == args.records for r in done)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
