@@ -142,10 +142,16 @@ def _next_messages(consumer: Consumer, most: int) -> list:
 def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     columns = _Columns(settings.include_headers)
     positions = {key: starts[key] for key in ranges}
+    lowest_end = min(r.end for r in ranges.values())
     last_progress = time.monotonic()
     while unfinished := [key for key, position in positions.items() if position < ranges[key].end]:
         messages = _next_messages(consumer, max(1, min(settings.batch_records - len(columns), 10_000)))
         before = sum(positions[key] for key in unfinished)
+        if _all_records_before(messages, lowest_end):
+            # The common case, without a Python step per record: each message is a record inside
+            # its range (below every range's end), and the positions come from the consumer below.
+            columns.messages.extend(messages)
+            messages = ()
         for message in messages:
             key = (message.topic(), message.partition())
             if message.error() is None:
@@ -173,6 +179,10 @@ def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSet
             yield columns.to_batch()
     if len(columns):
         yield columns.to_batch()
+
+
+def _all_records_before(messages: list, end: int) -> bool:
+    return bool(messages) and not any(map(Message.error, messages)) and max(map(Message.offset, messages)) < end
 
 
 def _pause_finished(consumer: Consumer, ranges: dict, positions: dict, unfinished: list) -> None:
