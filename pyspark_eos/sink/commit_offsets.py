@@ -75,7 +75,7 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
             "join, groupBy, distinct, orderBy, ...) sits between the source and the sink, so the records "
             "cannot be tied to the input offsets they came from. Exactly-once needs narrow transformations "
             "only (select, filter, withColumn, coalesce, union); remove the shuffle, or drop kafka.group.id "
-            "from the sink to write without committing input offsets"
+            "from the sink and set deliveryGuarantee=at-least-once to write without committing input offsets"
         )
     other_groups = sorted({p.group.group_id for p in provenance} - {sink_group})
     if other_groups:
