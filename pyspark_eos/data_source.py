@@ -59,14 +59,12 @@ class EosKafkaDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink.writer import EosKafkaStreamWriter
 
-        return EosKafkaStreamWriter(_sink_options(self.options, schema, streaming=True))
+        return EosKafkaStreamWriter(_sink_options(self.options, schema))
 
 
-def _sink_options(options, schema: StructType, streaming: bool = False) -> SinkOptions:
+def _sink_options(options, schema: StructType) -> SinkOptions:
     require_confluent_kafka()
     parsed = SinkOptions.parse(options)
-    if streaming:
-        parsed.check_streaming()
     check_sink_schema(schema, parsed.topic)
     # Here, on the driver, an unreachable cluster or a missing topic fails the batch before any task
     # opens a transaction. Spark builds the writer again for every micro-batch: the lookup is made

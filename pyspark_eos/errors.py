@@ -62,3 +62,8 @@ class MissingDependencyError(EosKafkaError):
 class StaleAttemptError(FencedError):
     """A newer attempt of the same Spark task (a retry or a speculative copy) claimed its input;
     this attempt aborted, and none of its records are visible."""
+
+
+class NonDeterministicReplayError(EosKafkaError):
+    """A replayed micro-batch's records differ from those its first run wrote: the query's input or
+    plan is not deterministic; the replay wrote nothing."""

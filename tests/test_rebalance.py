@@ -8,7 +8,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from pyspark_eos.source.group_membership import GroupStamp
-from pyspark_eos.source.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs, executor_logs
 

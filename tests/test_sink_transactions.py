@@ -14,7 +14,7 @@ from pyspark_eos.errors import UnassignedPartitionError
 from pyspark_eos.source.group_membership import GroupMembership
 from pyspark_eos.source.offset_planning import OffsetRange
 from pyspark_eos.sink.options import SinkOptions
-from pyspark_eos.source.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.sink.provenance import Provenance, record_read
 from pyspark_eos.sink.records import KafkaRecord, columns_from_records
 from pyspark_eos.sink.transactional_writer import write_task

@@ -7,13 +7,16 @@ import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from pyspark_eos.sink.commit_offsets import CommitPlan, Decision, commit_plan, decide, partition_metadata
-from pyspark_eos.errors import ConfigurationError, FencedError, OffsetMismatchError, ProvenanceError
+from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministicReplayError, OffsetMismatchError,
+                                ProvenanceError, StaleAttemptError)
 from pyspark_eos.source.group_membership import GroupStamp
 from pyspark_eos.kafka.group_offsets import Committed
 from pyspark_eos.source.offset_planning import OffsetRange
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.sink.provenance import Provenance
-from pyspark_eos.sink.records import check_sink_schema
+from pyspark_eos.sink.records import RecordColumns, check_sink_schema
+from pyspark_eos.sink.task_progress import (NEVER, Progress, ProgressKey, RecordDigest, decide_progress, group_metadata,
+                                            progress_metadata)
 
 STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
 PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))
@@ -21,7 +24,7 @@ PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 
 
 def test_sink_options_defaults_and_refusals():
     options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.group.id": "g"})
-    assert options.exactly_once and options.transactional_id_prefix == "eos-kafka"
+    assert options.commits_input_offsets and options.transactional_id_prefix == "eos-kafka"
     assert options.transaction_timeout_ms == 60000 and options.stable_offsets_timeout_ms == 90000
     for key in ("kafka.transactional.id", "kafka.enable.idempotence", "kafka.acks"):
         with pytest.raises(ConfigurationError, match=f"option {key} is not supported by the eos-kafka sink"):
@@ -243,13 +246,62 @@ def test_a_task_hands_its_plans_membership_over_to_its_writer():
 
 def test_delivery_guarantee_is_chosen_never_fallen_back_to():
     base = {"kafka.bootstrap.servers": "h:1", "topic": "out"}
-    with pytest.raises(ConfigurationError, match="needs kafka.group.id"):
-        SinkOptions.parse(base).check_streaming()
-    SinkOptions.parse({**base, "kafka.group.id": "g"}).check_streaming()
+    with_group = SinkOptions.parse({**base, "kafka.group.id": "g"})
+    assert with_group.commits_input_offsets and not with_group.records_progress
+    without_group = SinkOptions.parse(base)  # exactly-once by its own progress records
+    assert without_group.records_progress and not without_group.commits_input_offsets
+    assert without_group.claims_topic == "eos-kafka-claims"
     at_least_once = SinkOptions.parse({**base, "deliveryGuarantee": "AT-LEAST-ONCE"})
-    at_least_once.check_streaming()
-    assert not at_least_once.exactly_once
+    assert not at_least_once.commits_input_offsets and not at_least_once.records_progress
     with pytest.raises(ConfigurationError, match="at-least-once commits no input offsets, but kafka.group.id"):
         SinkOptions.parse({**base, "deliveryGuarantee": "at-least-once", "kafka.group.id": "g"})
     with pytest.raises(ConfigurationError, match="use one of: exactly-once, at-least-once"):
         SinkOptions.parse({**base, "deliveryGuarantee": "none"})
+
+
+def _columns(values, keys=None, partitions=None):
+    return RecordColumns("out", partitions, keys, values, None)
+
+
+def test_a_task_digest_ignores_record_order_and_sees_any_changed_record():
+    digest = lambda *chunks: _digest(chunks)  # noqa: E731
+    first = digest(_columns([b"a", b"b"], [b"k1", b"k2"]), _columns(["c"], [None]))
+    assert first.records == 3
+    assert digest(_columns([b"c"], [None]), _columns([b"b", b"a"], [b"k2", b"k1"])) == first  # another order
+    assert digest(_columns([b"a", b"b", b"c"], [b"k1", b"k2", None])) == first  # other chunks
+    for changed in (_columns([b"a", b"b", b"x"], [b"k1", b"k2", None]),  # a value
+                    _columns([b"a", b"b", b"c"], [b"k2", b"k1", None]),  # keys swapped between records
+                    _columns([b"a", b"b", b"c"], [b"k1", b"k2", b""]),  # a null key made empty
+                    _columns([b"a", b"b", b"c"], [b"k1", b"k2", None], [0, 0, 1]),  # partitions given
+                    _columns([b"a", b"b"], [b"k1", b"k2"])):  # a record fewer
+        assert digest(changed) != first
+
+
+def _digest(chunks) -> RecordDigest:
+    digest = RecordDigest()
+    for chunk in chunks:
+        digest.add(chunk)
+    return digest
+
+
+def test_progress_commits_a_new_batch_skips_a_replay_and_refuses_an_older_or_different_one():
+    key = ProgressKey("eos-kafka", "q-1", 3, "claims")
+    assert key.group_id == "eos-kafka.progress.q-1.3" and key.partition == ("claims", 0)
+    digest = _digest([_columns([b"a", b"b"])])
+    stored = Committed(8, progress_metadata(7, "q-1", digest))
+    assert decide_progress(7, NEVER, digest, "task 3") is Progress.COMMIT
+    assert decide_progress(8, stored, digest, "task 3") is Progress.COMMIT  # the next batch
+    assert decide_progress(12, stored, digest, "task 3") is Progress.COMMIT  # no task 3 in batches 8-11
+    assert decide_progress(7, stored, digest, "task 3") is Progress.ALREADY_COMMITTED  # a replay
+    with pytest.raises(NonDeterministicReplayError, match=r"task 3: batch 7 was written before with 2 record\(s\) "
+                       r"\(checksum [0-9a-f]{16}\), and its replay has 1 .*not deterministic"):
+        decide_progress(7, stored, _digest([_columns([b"a"])]), "task 3")
+    with pytest.raises(StaleAttemptError, match="already written batch 7 of the query, after batch 6"):
+        decide_progress(6, stored, digest, "task 3")
+
+
+def test_a_progress_groups_metadata_is_a_memberless_consumers():
+    from pyspark_eos.source.group_membership import parse_group_metadata
+
+    metadata = group_metadata("eos-kafka.progress.q.0", "127.0.0.1:9", {})
+    assert parse_group_metadata(metadata) == (-1, "eos-kafka.progress.q.0", "", None)

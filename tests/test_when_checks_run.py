@@ -40,8 +40,6 @@ CASES = {
                                     "option kafka.transactional.id is not supported by the eos-kafka sink", SINK),
     "sink unknown option": ({}, {"topics": "x"}, None, lambda f: f.select("key", "value"),
                             "unknown option\\(s\\) for the eos-kafka sink: topics", SINK),
-    "sink without kafka.group.id": ({}, {"kafka.group.id": None}, None, lambda f: f.select("key", "value"),
-                                    "deliveryGuarantee=exactly-once \\(the default\\) needs kafka.group.id", SINK),
     "sink at-least-once with a group": ({}, {"deliveryGuarantee": "at-least-once"}, None,
                                         lambda f: f.select("key", "value"),
                                         "deliveryGuarantee=at-least-once commits no input offsets", SINK),

@@ -29,6 +29,11 @@ STABLE_OFFSETS_MARGIN_MS = 30_000
 # kafka.cluster): as long as its later requests may take, so that a slow cluster is not called unreachable.
 DEFAULT_CONNECT_TIMEOUT_MS = 30_000
 
+# Where the sink's write-task attempts claim their input (see sink/attempt_fencing), and where its
+# progress groups commit when the input has no offsets (sink/task_progress): one topic per Kafka
+# cluster serves every pipeline, its records keyed by group.
+DEFAULT_CLAIMS_TOPIC = "eos-kafka-claims"
+
 
 def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name.lower())

@@ -416,7 +416,8 @@ class FencingClients:
                 **self.kafka_params,
                 "bootstrap.servers": self.bootstrap_servers,
                 # The pipeline's group, which its principal may already use; never joined: assign() only.
-                "group.id": self.group,
+                # Without one (progress records) librdkafka still wants a name; nothing is committed.
+                "group.id": self.group or "eos-kafka-claims-reader",
                 "enable.auto.commit": "false",
                 "enable.partition.eof": "true",
                 "auto.offset.reset": "error",

@@ -75,7 +75,8 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
             "join, groupBy, distinct, orderBy, ...) sits between the source and the sink, so the records "
             "cannot be tied to the input offsets they came from. Exactly-once needs narrow transformations "
             "only (select, filter, withColumn, coalesce, union); remove the shuffle, or drop kafka.group.id "
-            "from the sink and set deliveryGuarantee=at-least-once to write without committing input offsets"
+            "from the sink: each task then commits its own progress instead of input offsets, exactly-once when "
+            "the shuffled result is deterministic (see the sink's docs)"
         )
     other_groups = sorted({p.group.group_id for p in provenance} - {sink_group})
     if other_groups:

@@ -5,19 +5,21 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import ConfigurationError
-from ..kafka.options import (DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS,
-                             check_client_settings, check_group_id, check_known, kafka_params, parse_bool, parse_choice,
-                             parse_positive_int, parse_topic_name)
+from ..kafka.options import (DEFAULT_CLAIMS_TOPIC, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS,
+                             STABLE_OFFSETS_MARGIN_MS, check_client_settings, check_group_id, check_known,
+                             kafka_params, parse_bool, parse_choice, parse_positive_int, parse_topic_name)
 
 
 # ------------------------------------------------------------------------------- the sink
 
 SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "transactionalIdPer", "deliveryGuarantee", "connectTimeoutMs", "checkpointLocation", "path")
+                "transactionalIdPer", "deliveryGuarantee", "connectTimeoutMs", "claimsTopic", "checkpointLocation",
+                "path")
 
-# As Flink's KafkaSink: exactly-once commits each task's input offsets with its records (it needs
-# kafka.group.id); at-least-once writes each task in a transaction of its own, without offsets, so
-# a replayed batch is written again. A streaming write says which one it is, never falls back.
+# As Flink's KafkaSink: exactly-once commits with each task's records either the input offsets it
+# read (kafka.group.id, an eos-kafka source) or, for any other replayable source, the task's own
+# progress (task_progress); at-least-once writes each task in a transaction of its own with
+# neither, so a replayed batch is written again. A write says which one it is, never falls back.
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 
 # One transactional id per write slot (KIP-447), or per input partition: the older design, where
@@ -45,22 +47,17 @@ class SinkOptions:
     kafka: dict[str, str]
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     delivery_guarantee: str = EXACTLY_ONCE
+    claims_topic: str = DEFAULT_CLAIMS_TOPIC
 
     @property
-    def exactly_once(self) -> bool:
+    def commits_input_offsets(self) -> bool:
         """With kafka.group.id the sink commits the input offsets of each task in its transaction."""
         return self.group_id is not None
 
-    def check_streaming(self) -> None:
-        """A streaming write is exactly-once, or at-least-once because the options say so."""
-        if self.delivery_guarantee == EXACTLY_ONCE and self.group_id is None:
-            raise ConfigurationError(
-                "a streaming write with deliveryGuarantee=exactly-once (the default) needs kafka.group.id: each "
-                "task commits the input offsets it read, in its consumer group, with its records, so that a "
-                "replayed batch writes nothing twice. Set the sink's kafka.group.id to the eos-kafka source's "
-                "group, or set deliveryGuarantee=at-least-once to write each task in a transaction without "
-                "input offsets (a replayed batch is then written again)"
-            )
+    @property
+    def records_progress(self) -> bool:
+        """Exactly-once without input offsets: a streaming task commits its own progress instead."""
+        return self.delivery_guarantee == EXACTLY_ONCE and self.group_id is None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -105,4 +102,5 @@ class SinkOptions:
             kafka=params,
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
             delivery_guarantee=guarantee,
+            claims_topic=parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
         )

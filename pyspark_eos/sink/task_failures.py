@@ -211,9 +211,11 @@ def _topic_size_limit(options: SinkOptions, topic: str) -> tuple[int, bool] | No
 def _other_tasks(streaming: bool, options: SinkOptions) -> str:
     # One transaction per task, not per batch: the tasks that finished first stay committed.
     unit = "batch" if streaming else "write"
-    if options.exactly_once:
+    committed = f"Other tasks of this {unit} may already have committed: their records stay visible, and "
+    if options.commits_input_offsets:
         again = "a replay of the batch" if streaming else "a rerun from the group's offsets"
-        return (f"Other tasks of this {unit} may already have committed: their records stay visible, and {again} "
-                "will not write them again (their input offsets are committed with them)")
-    return (f"Other tasks of this {unit} may already have committed: their records stay visible, and writing the "
-            "same input again writes them again (without kafka.group.id the sink commits no input offsets)")
+        return f"{committed}{again} will not write them again (their input offsets are committed with them)"
+    if streaming and options.records_progress:
+        return f"{committed}a replay of the batch will not write them again (their progress is committed with them)"
+    return (f"{committed}writing the same input again writes them again (without kafka.group.id the sink commits "
+            "no input offsets)")

@@ -3,8 +3,9 @@
 begin -> produce the task's records -> (exactly-once) collect the task's input ranges, claim them
 for this attempt (refusing if a newer attempt has, fencing older ones: attempt_fencing), read
 what the group has committed, check ownership, decide commit or replay -> send the ranges' end
-offsets with the plan's group metadata -> commit -> release the claim. Any failure aborts the
-transaction, so none of the task's records become visible, and the error names the batch, task,
+offsets with the plan's group metadata -> commit -> release the claim. Without input offsets (any
+other replayable source) the task claims and commits its own progress instead (task_progress).
+Any failure aborts the transaction, so none of the task's records become visible, and the error names the batch, task,
 partitions and transactional id, and what Kafka refused: a record too large (and which limit), a
 topic that does not exist.
 """
@@ -28,10 +29,13 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import (WorkerProducer, admin_for, cached_slot, close_idle_configurations, delivery_failures,
                             discard, producer_for)
+from .attempt_fencing import FencingPlan
 from .provenance import collect, release
 from .rebalance import raise_if_rebalanced, under_current_generation
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
+from .task_progress import (NEVER, Progress, ProgressKey, RecordDigest, decide_progress, group_metadata,
+                            progress_metadata)
 from .transactional_id_factory import lease_input_partition, lease_slot
 
 log = logging.getLogger(__name__)
@@ -73,22 +77,33 @@ class EosKafkaCommitMessage(WriterCommitMessage):
     input_ranges: str
 
 
-def write_task(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
+def write_task(records: Iterable[RecordColumns], options: SinkOptions,
+               progress: FencingPlan | None = None) -> EosKafkaCommitMessage:
+    """``progress``: the batch's plan record when the task commits its own progress (task_progress)."""
     freeze_long_lived_objects()
     close_idle_configurations(options)
-    if options.exactly_once:
+    if options.commits_input_offsets or progress is not None:
         # An idempotent producer's first record waits some 500 ms for its producer id (librdkafka
         # asks again on a 500 ms timer when no broker connection is up yet): made now, the claims
         # producer gets its id while the transactional producer initializes and the input is read.
         fencing_clients_for(options).producer()
     if options.transactional_id_per == ID_PER_PARTITION:
         return _write_with_partition_id(iter(records), options)
-    return _write_in_leased_slot(records, options)
+    return _write_in_leased_slot(records, options, progress)
 
 
-def _write_in_leased_slot(records: Iterable[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
-    with lease_slot(options.transactional_id_prefix, options.group_id, cached_slot(options)) as lease:
-        return _write_in_slot(records, options, producer_for(options, lease))
+def _write_in_leased_slot(records: Iterable[RecordColumns], options: SinkOptions,
+                          progress: FencingPlan | None = None) -> EosKafkaCommitMessage:
+    with lease_slot(options.transactional_id_prefix, _id_scope(options), cached_slot(options)) as lease:
+        return _write_in_slot(records, options, producer_for(options, lease), progress=progress)
+
+
+def _id_scope(options: SinkOptions) -> str | None:
+    """What a transactional id names besides its prefix: the group, or else the streaming query, so
+    that two pipelines without a group (executor ids repeat between applications) never share ids
+    and fence each other."""
+    query_id = TaskInfo.current().query_id
+    return options.group_id or (f"query-{query_id}" if query_id else None)
 
 
 def _write_with_partition_id(records: Iterator[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
@@ -106,36 +121,34 @@ def _write_with_partition_id(records: Iterator[RecordColumns], options: SinkOpti
 
 
 def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worker: WorkerProducer,
-                   only_input=None) -> EosKafkaCommitMessage:
+                   only_input=None, progress: FencingPlan | None = None) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
     delivery = delivery_failures.current = DeliveryErrors()
     files: list = []
-    plan: CommitPlan | None = None
-    claim: AttemptClaim | None = None
+    commitment = _Commitment()
     try:
         worker.producer.begin_transaction()
         faults.stall_point(faults.STALL_BEFORE_PRODUCE)
-        count = _produce(worker, records, delivery, options)
+        digest = RecordDigest() if progress is not None else None
+        count = _produce(worker, records, delivery, options, digest)
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
-        plan = _input_plan(provenance, options, count)
-        if only_input is not None:
-            _check_single_input(plan, only_input)
-        if plan is not None:
-            claim = _claim(options, plan, task, worker)
-            if claim is not None:
-                claim.enforce()
-                plan = under_current_generation(plan, claim, task.describe())
-        outcome = _commit(worker, options, task, plan, count, delivery, claim)
+        if progress is not None:
+            _check_ungrouped_input(provenance)
+            outcome = _commit_progress(worker, options, task, progress, digest, commitment)
+        else:
+            outcome = _commit_input(worker, options, task, provenance, count, delivery, only_input, commitment)
     except Exception as error:
-        if _abort(worker, options, error) and claim is not None:
-            claim.release()
+        if _abort(worker, options, error) and commitment.claim is not None:
+            commitment.claim.release()
         worker.producer.poll(0)  # serve the reports of refused and purged records: they explain the failure
-        raise explain(error, _where(task, worker, plan), task.batch_id is not None, delivery, options) from error
+        raise explain(error, _where(task, worker, commitment.plan), task.batch_id is not None, delivery,
+                      options) from error
     finally:
         release(files)  # a retried task is a new attempt: it hands its own ranges over
-    if claim is not None:
-        claim.release()
+    if commitment.claim is not None:
+        commitment.claim.release()
+    plan = commitment.plan
     message = EosKafkaCommitMessage(task.describe(), worker.transactional_id, count, outcome,
                                     plan.describe() if plan else "")
     log.info("%s: %s %d record(s) with %s%s", message.task, outcome, count, worker.transactional_id,
@@ -143,13 +156,37 @@ def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worke
     return message
 
 
+@dataclass
+class _Commitment:
+    """What the task's transaction commits besides its records, and its attempt's claim, set as
+    the task goes: a failure releases the claim (once the transaction surely ended) and names the plan."""
+
+    plan: CommitPlan | ProgressKey | None = None
+    claim: AttemptClaim | None = None
+
+
+def _commit_input(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, provenance: list, count: int,
+                  delivery: DeliveryErrors, only_input, commitment: _Commitment) -> str:
+    commitment.plan = _input_plan(provenance, options, count)
+    if only_input is not None:
+        _check_single_input(commitment.plan, only_input)
+    if commitment.plan is not None:
+        commitment.claim = _claim(options, commitment.plan, task, worker)
+        if commitment.claim is not None:
+            commitment.claim.enforce()
+            commitment.plan = under_current_generation(commitment.plan, commitment.claim, task.describe())
+    return _commit(worker, options, task, commitment.plan, count, delivery, commitment.claim)
+
+
 def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery: DeliveryErrors,
-             options: SinkOptions) -> int:
+             options: SinkOptions, digest: RecordDigest | None = None) -> int:
     producer = worker.producer
     topics = TopicCheck(options, producer)
     count = 0
     for columns in batches:
         topics.require(columns.topic_names())
+        if digest is not None:
+            digest.add(columns)
         rows = columns.rows()
         try:
             if count == 0 and columns.values:  # the fault hook's "mid-produce" is after the first record
@@ -210,7 +247,7 @@ def _check_single_input(plan: CommitPlan | None, only_input) -> None:
 
 
 def _input_plan(provenance: list, options: SinkOptions, count: int) -> CommitPlan | None:
-    if not options.exactly_once or (not provenance and count == 0):
+    if not options.commits_input_offsets or (not provenance and count == 0):
         return None  # no input offsets to commit: a plain transactional sink, or an empty task
     return commit_plan(provenance, options.group_id)
 
@@ -240,15 +277,63 @@ def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: 
             metadata = partition_metadata(stamp.generation, task.batch_id, task.query_id)
             offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in ranges]
             try:
-                call_with_deadline(lambda: producer.send_offsets_to_transaction(offsets, stamp.metadata,
-                                                                                COMMIT_TIMEOUT_S),
-                                   options.transaction_timeout_ms / 1000, "send_offsets_to_transaction")
+                _send_offsets(producer, offsets, stamp.metadata, options)
             except KafkaException as error:
                 raise_if_rebalanced(error, stamp, claim, task.describe())
                 raise
     elif count == 0:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "nothing to write"
+    return _commit_transaction(producer)
+
+
+def _check_ungrouped_input(provenance: list) -> None:
+    # Progress records would make this exactly-once too, but the group's offsets would never move:
+    # a restart from the group, its lag and the status command would all show the input unread.
+    groups = sorted({p.group.group_id for p in provenance if p.group is not None})
+    if groups:
+        raise ConfigurationError(
+            f"this task read from an eos-kafka source with kafka.group.id={groups[0]!r}, but the sink has no "
+            f"kafka.group.id: set the sink's kafka.group.id={groups[0]!r} too, so that each task commits the input "
+            "offsets it read in that group with its records (without it the group's offsets never move), or set "
+            "deliveryGuarantee=at-least-once")
+
+
+def _progress_key(options: SinkOptions, task: TaskInfo) -> ProgressKey:
+    if task.batch_id is None or task.query_id is None:
+        raise ConfigurationError(f"{task.describe()} runs outside a streaming query's micro-batch; progress "
+                                 "records are for streaming writes only")
+    return ProgressKey(options.transactional_id_prefix, task.query_id, task.partition_id, options.claims_topic)
+
+
+def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, progress: FencingPlan,
+                     digest: RecordDigest, commitment: _Commitment) -> str:
+    key = commitment.plan = _progress_key(options, task)
+    commitment.claim = claim_attempt(fencing_clients_for(options), [progress], key.claim_group, key.claim_partitions,
+                                     task.task_attempt_id, task.describe(), worker.transactional_id)
+    if commitment.claim is not None:
+        commitment.claim.enforce()
+    producer = worker.producer
+    committed = fetch_stable_commits(admin_for(options), key.group_id, [key.partition],
+                                     options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
+    faults.stall_point(faults.STALL_AFTER_STABLE_READ)
+    batch = int(task.batch_id)
+    decision = decide_progress(batch, committed.get(key.partition, NEVER), digest, task.describe())
+    if decision is Progress.ALREADY_COMMITTED:
+        producer.abort_transaction(COMMIT_TIMEOUT_S)
+        return "skipped (already committed)"
+    metadata = progress_metadata(batch, task.query_id, digest)
+    _send_offsets(producer, [TopicPartition(key.topic, 0, batch + 1, metadata=metadata)],
+                  group_metadata(key.group_id, options.bootstrap_servers, options.kafka), options)
+    return _commit_transaction(producer)
+
+
+def _send_offsets(producer, offsets: list[TopicPartition], group_metadata: bytes, options: SinkOptions) -> None:
+    call_with_deadline(lambda: producer.send_offsets_to_transaction(offsets, group_metadata, COMMIT_TIMEOUT_S),
+                       options.transaction_timeout_ms / 1000, "send_offsets_to_transaction")
+
+
+def _commit_transaction(producer) -> str:
     faults.crash_point(faults.WORKER_BEFORE_COMMIT)
     faults.crash_point(faults.EXECUTOR_BEFORE_COMMIT)
     faults.stall_point(faults.STALL_BEFORE_COMMIT)

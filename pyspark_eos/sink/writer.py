@@ -16,12 +16,16 @@ from pyspark.sql import datasource
 from . import fault_hooks as faults
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
+from .task_progress import open_progress_plan
 from .transactional_writer import write_task
 
 log = logging.getLogger(__name__)
 
 _StreamBase = getattr(datasource, "DataSourceStreamArrowWriter", datasource.DataSourceStreamWriter)
 _BatchBase = getattr(datasource, "DataSourceArrowWriter", datasource.DataSourceWriter)
+
+
+REPLAY = "a replay of this batch"
 
 
 def _records(writer_base, iterator, options: SinkOptions):
@@ -44,8 +48,10 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
     failed = sum(m is None for m in messages)
     text = (f"{failed} of {len(messages)} task(s) failed or did not finish; "
             f"{len(committed)} task(s) had already committed {records} record(s)")
-    if options.exactly_once:
+    if options.commits_input_offsets:
         text += f" with their input offsets: those records stay visible, and {rerun} will not write them again"
+    elif options.records_progress and rerun == REPLAY:
+        text += f" with their progress: those records stay visible, and {rerun} will not write them again"
     else:
         text += (f": those records stay visible, and {rerun} writes them again (without kafka.group.id the "
                  "sink commits no input offsets)")
@@ -55,16 +61,19 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
 class EosKafkaStreamWriter(_StreamBase):
     def __init__(self, options: SinkOptions):
         self.options = options
+        # Built on the driver for every micro-batch: without input offsets to commit, the tasks
+        # commit their own progress, ordered by this batch's plan record (task_progress).
+        self.progress = open_progress_plan(options) if options.records_progress else None
 
     def write(self, iterator):
-        return write_task(_records(_StreamBase, iterator, self.options), self.options)
+        return write_task(_records(_StreamBase, iterator, self.options), self.options, self.progress)
 
     def commit(self, messages, batchId) -> None:
         log.info("batch %s written: %s", batchId, _summary(messages))
         faults.crash_point(faults.DRIVER_AFTER_KAFKA_COMMIT)
 
     def abort(self, messages, batchId) -> None:
-        log.warning("batch %s failed: %s", batchId, _failure_summary(messages, self.options, "a replay of this batch"))
+        log.warning("batch %s failed: %s", batchId, _failure_summary(messages, self.options, REPLAY))
 
 
 class EosKafkaBatchWriter(_BatchBase):

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..errors import ConfigurationError
-from ..kafka.options import (DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS, STABLE_OFFSETS_MARGIN_MS,
-                             check_client_settings, check_group_id, check_known, kafka_params, parse_bool, parse_choice,
-                             parse_positive_int, parse_topic_name)
+from ..kafka.options import (DEFAULT_CLAIMS_TOPIC, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS,
+                             STABLE_OFFSETS_MARGIN_MS, check_client_settings, check_group_id, check_known,
+                             kafka_params, parse_bool, parse_choice, parse_positive_int, parse_topic_name)
 
 # Kafka client settings the source sets itself, with what to use instead.
 _FORBIDDEN_SOURCE_KAFKA_PARAMS = {
@@ -208,9 +208,6 @@ SOURCE_OPTIONS = (
 # one of 500k in 8 tasks (2 tasks of 250k were 0.8x as fast: one consumer and producer per task).
 DEFAULT_MIN_RECORDS_PER_PARTITION = 50_000
 
-# Where the sink's write-task attempts claim their input (see attempt_fencing): one topic per
-# Kafka cluster serves every pipeline, its records keyed by group.
-DEFAULT_CLAIMS_TOPIC = "eos-kafka-claims"
 
 
 @dataclass(frozen=True)

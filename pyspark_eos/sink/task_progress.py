@@ -1,0 +1,176 @@
+"""Exactly-once from any replayable source: each write task commits its own progress.
+
+Without an eos-kafka source there are no input offsets to commit with a task's records, but
+Spark's contract for file, table and rate sources (and any deterministic plan) still holds: a
+micro-batch replayed after a failure has the same batch id and the same data in the same tasks.
+So each write task commits, in its transaction, a *progress record*: the consumer-group offset
+``batch id + 1`` of a group the sink owns, named for (query, task partition), on partition 0 of
+the claims topic (the broker takes offsets only for a partition that exists; no record is ever
+written there for it). The offset's metadata holds the task's record count and checksum.
+
+- committed offset == batch + 1: this task's batch is already in Kafka (Spark replays a batch
+  whose Kafka commit happened before its own commit log): write nothing, unless the replay's
+  records differ, which fails loudly (NonDeterministicReplayError) instead of writing;
+- committed offset > batch + 1: a later batch was written already: this attempt is a stale one,
+  and the progress never moves back;
+- otherwise (never committed, or an older batch): commit.
+
+The same stable read of the group's offsets (an open transaction of a dead attempt is waited
+out) and the same claims protocol (attempt_fencing; its plan record appended by the driver for
+every batch, see writer.py) apply as with input offsets: of all attempts of a task, one commits.
+One group per task keeps each group at one offset, so the records grow with the number of write
+tasks, not with batches; an idle group's offsets expire after the broker's
+``offsets.retention.minutes``.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from enum import Enum
+
+from confluent_kafka import Consumer
+
+from ..errors import NonDeterministicReplayError, StaleAttemptError
+from ..kafka.group_offsets import Committed
+from .attempt_fencing import ClaimsLog, FencingPlan
+from .options import SinkOptions
+from .records import RecordColumns
+
+TopicPartitionKey = tuple[str, int]
+_MASK = (1 << 64) - 1
+NEVER = Committed(None, "")
+
+
+class Progress(Enum):
+    COMMIT = "commit"
+    ALREADY_COMMITTED = "already committed"
+
+
+@dataclass(frozen=True)
+class ProgressKey:
+    """Where one task of one query records its progress: a group of its own on the claims topic."""
+
+    prefix: str
+    query_id: str
+    task_partition: int
+    topic: str
+
+    @property
+    def group_id(self) -> str:
+        return f"{group_prefix(self.prefix, self.query_id)}{self.task_partition}"
+
+    @property
+    def claim_group(self) -> str:
+        """The group the claims of all the query's tasks name (the claims protocol's key)."""
+        return group_prefix(self.prefix, self.query_id).rstrip(".")
+
+    @property
+    def claim_partitions(self) -> list[TopicPartitionKey]:
+        return [(self.topic, self.task_partition)]
+
+    @property
+    def partition(self) -> TopicPartitionKey:
+        return (self.topic, 0)
+
+    def describe(self) -> str:
+        return f"progress group {self.group_id}"
+
+
+def group_prefix(prefix: str, query_id: str) -> str:
+    """Every progress group of one streaming query starts with this (the docs' clean-up names it)."""
+    return f"{prefix}.progress.{query_id}."
+
+
+@dataclass
+class RecordDigest:
+    """The count and an order-independent checksum of a task's records: a shuffle's reducer
+    receives the same records in another order on a replay, which is not a different batch."""
+
+    records: int = 0
+    checksum: int = 0
+
+    def add(self, columns: RecordColumns) -> None:
+        size = len(columns.values)
+        crcs = [0] * size
+        for column in (columns.topics, columns.partitions, columns.keys, columns.headers):
+            if column is not None and not isinstance(column, str):  # a constant topic is the same on replay
+                crcs = list(map(zlib.crc32, map(_as_bytes, column), crcs))
+        self.checksum = (self.checksum + sum(map(zlib.crc32, map(_as_bytes, columns.values), crcs))) & _MASK
+        self.records += size
+
+    def as_json(self) -> dict:
+        return {"records": self.records, "checksum": f"{self.checksum:016x}"}
+
+
+def _as_bytes(value) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return b"\xff" if value is None else repr(value).encode()  # None apart from b"": a null is not empty
+
+
+def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest) -> str:
+    return json.dumps({"batch": batch_id, "query": query_id, **digest.as_json()}, separators=(",", ":"))
+
+
+def decide_progress(batch_id: int, committed: Committed, digest: RecordDigest, where: str) -> Progress:
+    done = batch_id + 1
+    if committed.offset is None or committed.offset < done:
+        return Progress.COMMIT
+    if committed.offset > done:
+        raise StaleAttemptError(
+            f"{where}: this task has already written batch {committed.offset - 1} of the query, after batch "
+            f"{batch_id} that this attempt writes: it is a stale attempt (its executor stalled and was declared "
+            "lost, or a speculative copy) and refuses to commit, so the progress never moves back. Nothing to do: "
+            "Spark keeps the newer attempt's output")
+    stored, replay = _stored(committed.metadata), digest.as_json()
+    if (stored.get("records"), stored.get("checksum")) != (replay["records"], replay["checksum"]):
+        raise NonDeterministicReplayError(
+            f"{where}: batch {batch_id} was written before with {stored.get('records')} record(s) (checksum "
+            f"{stored.get('checksum')}), and its replay has {replay['records']} (checksum {replay['checksum']}): "
+            "the query's input or plan is not deterministic (rand(), uuid(), current_timestamp(), a shuffle "
+            "partitioned by such a value, or a source that does not replay the same data), so writing the replay "
+            "could duplicate or lose records. Nothing of the replay was written. Make the plan deterministic "
+            "(seeded functions, partition by a column), or set deliveryGuarantee=at-least-once")
+    return Progress.ALREADY_COMMITTED
+
+
+def _stored(metadata: str) -> dict:
+    try:
+        stored = json.loads(metadata)
+    except ValueError:
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+_group_metadata: dict[str, bytes] = {}
+
+
+def group_metadata(group_id: str, bootstrap_servers: str, kafka_params: dict[str, str]) -> bytes:
+    """The consumer-group metadata a transactional producer sends with the group's offsets. The
+    sink's progress groups have no members: an unsubscribed consumer's (generation -1) is what the
+    broker takes for them. Made once per group and process (a consumer costs a few ms)."""
+    if group_id not in _group_metadata:
+        consumer = Consumer({**kafka_params, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
+                             "enable.auto.commit": "false"})
+        try:
+            _group_metadata[group_id] = consumer.consumer_group_metadata()
+        finally:
+            consumer.close()
+    return _group_metadata[group_id]
+
+
+
+_claims_logs: dict[tuple, ClaimsLog] = {}
+
+
+def open_progress_plan(options: SinkOptions) -> FencingPlan:
+    """The driver's plan record for one micro-batch's write: Spark builds the writer again for every
+    batch, a replayed one too, so a later run's attempts of a task carry a newer plan than any
+    zombie of an earlier run (attempt_fencing). One claims producer per driver process."""
+    key = (options.bootstrap_servers, options.claims_topic, tuple(sorted(options.kafka.items())))
+    if key not in _claims_logs:
+        _claims_logs[key] = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic)
+    return _claims_logs[key].open_plan(f"{options.transactional_id_prefix}.progress")

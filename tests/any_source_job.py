@@ -1,0 +1,51 @@
+"""A driver of its own for tests that kill the driver: a query from a file or rate source into
+eos-kafka without kafka.group.id (the sink's progress records), run with Trigger.AvailableNow.
+
+Usage: python any_source_job.py BOOTSTRAP SOURCE TOPIC CHECKPOINT PREFIX [arm]
+SOURCE: a directory of JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), or
+"random:DIRECTORY" (the files repartitioned by rand(): a non-deterministic plan).
+"""
+import sys
+
+from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
+from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
+
+RATE_ROWS_PER_BATCH = 30
+
+
+def input_frame(spark, source: str, files_per_batch: int = 1):
+    if source == "rate":
+        return (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", RATE_ROWS_PER_BATCH)
+                .option("numPartitions", 2).load().withColumnRenamed("value", "id"))
+    directory = source.removeprefix("random:")
+    frame = spark.readStream.schema("id LONG").option("maxFilesPerTrigger", files_per_batch).json(directory)
+    if source.startswith("random:"):
+        from pyspark.sql.functions import rand
+
+        frame = frame.repartition(2, rand())
+    return frame
+
+
+def eos_writer(frame, bootstrap: str, topic: str, prefix: str, checkpoint: str, **sink_options):
+    """The ids as values into ``topic`` by eos-kafka without kafka.group.id, Trigger.AvailableNow."""
+    writer = (frame.selectExpr("CAST(id AS STRING) AS value").writeStream.format("eos-kafka")
+              .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+              .option("transactionalIdPrefix", prefix).option("checkpointLocation", checkpoint))
+    for key, value in sink_options.items():
+        writer = writer.option(key, str(value))
+    return writer.trigger(availableNow=True)
+
+
+def main(bootstrap: str, source: str, topic: str, checkpoint: str, prefix: str, *extra: str) -> None:
+    spark = local_spark_session("local[2]", app_name="eos-kafka any-source job")
+    if "arm" in extra:
+        for directory in executor_local_dirs(spark):
+            arm(DRIVER_AFTER_KAFKA_COMMIT, directory)
+    query = eos_writer(input_frame(spark, source), bootstrap, topic, prefix, checkpoint).start()
+    query.awaitTermination()
+    print("finished", query.id)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

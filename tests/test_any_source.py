@@ -1,0 +1,168 @@
+"""Exactly-once into Kafka from sources that are not eos-kafka (sink/task_progress): JSON files and
+the rate source, without kafka.group.id. Each write task commits its own progress (the batch id)
+with its records; a replayed task that already committed writes nothing, a replay whose records
+differ fails, and a stalled attempt of an older batch never commits after its retry did."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.sink.task_progress import group_prefix
+from pyspark_eos.testing import fault_injection as faults
+from pyspark_eos.testing.local_spark import executor_local_dirs
+
+from .any_source_job import RATE_ROWS_PER_BATCH, eos_writer, input_frame
+from .kafka_tools import committed_offsets, create_topic, read_committed, unique_name
+from .test_zombie_attempts import TRANSACTION_TIMEOUT_MS, Zombie, spark_fast_loss  # noqa: F401 - a fixture
+
+JOB = Path(__file__).resolve().parent / "any_source_job.py"
+PER_FILE = 30
+
+
+class FileCopy:
+    """JSON files ({"id": n}, ids 0..n-1) copied into a topic by eos-kafka without a group."""
+
+    def __init__(self, kafka, tmp_path: Path, files: int):
+        self.bootstrap = kafka.bootstrap_servers
+        self.input = tmp_path / "input"
+        self.input.mkdir()
+        for number in range(files):
+            ids = range(number * PER_FILE, (number + 1) * PER_FILE)
+            (self.input / f"part-{number:03d}.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+        self.expected = list(range(files * PER_FILE))
+        self.output = create_topic(self.bootstrap, unique_name("any-out"), partitions=2)
+        self.checkpoint = str(tmp_path / "checkpoint")
+        self.prefix = unique_name("any")
+
+    def writer(self, spark, files_per_batch: int, source: str = "files", **sink_options):
+        frame = input_frame(spark, "rate" if source == "rate" else str(self.input), files_per_batch)
+        return eos_writer(frame, self.bootstrap, self.output, self.prefix, self.checkpoint, **sink_options)
+
+    def run_driver(self, source: str, *extra: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, str(JOB), self.bootstrap, source, self.output, self.checkpoint, self.prefix, *extra]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+    def output_ids(self) -> list[int]:
+        return [int(record.value) for record in read_committed(self.bootstrap, self.output, partitions=2)]
+
+    def progress(self) -> dict[str, int]:
+        """The committed progress (batch id + 1) of each of the query's progress groups."""
+        query_id = json.loads((Path(self.checkpoint) / "metadata").read_text())["id"]
+        prefix = group_prefix(self.prefix, query_id)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # alive until its answer is in
+        listing = admin.list_consumer_groups().result(30)
+        assert not listing.errors, listing.errors
+        groups = [g.group_id for g in listing.valid if g.group_id.startswith(prefix)]
+        return {g: committed_offsets(self.bootstrap, g, DEFAULT_CLAIMS_TOPIC, 1)[0] for g in groups}
+
+    def batches(self, log: str) -> set[str]:
+        return {p.name for p in (Path(self.checkpoint) / log).iterdir() if p.name.isdigit()}
+
+
+def assert_each_once(ids: list[int], expected: list[int]) -> None:
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicate(s)"
+    assert sorted(ids) == expected
+
+
+def assert_whole_rate_batches(ids: list[int]) -> None:
+    """The rate source's values count from 0, RATE_ROWS_PER_BATCH a batch: whole batches, each once."""
+    assert_each_once(ids, list(range(len(ids))))
+    assert len(ids) >= RATE_ROWS_PER_BATCH and len(ids) % RATE_ROWS_PER_BATCH == 0, len(ids)
+
+
+@pytest.mark.spark_local_cluster
+@pytest.mark.parametrize("source", ["files", "rate"])
+def test_a_worker_killed_before_its_commit_loses_and_duplicates_nothing(spark_cluster, kafka, tmp_path, source):
+    copy = FileCopy(kafka, tmp_path, files=6)
+    marker = faults.arm(faults.WORKER_BEFORE_COMMIT, sorted(executor_local_dirs(spark_cluster))[0])
+    query = copy.writer(spark_cluster, files_per_batch=2, source=source,
+                        **{"kafka.transaction.timeout.ms": 10000}).start()
+    assert query.awaitTermination(300), "the query did not finish"
+    assert not marker.exists(), "the armed crash did not happen"
+    if source == "files":
+        assert_each_once(copy.output_ids(), copy.expected)
+    else:
+        assert_whole_rate_batches(copy.output_ids())
+    # Two write tasks a batch: one progress group per task, at the last batch. The progress records
+    # grow with the number of tasks, never with the number of batches.
+    last_batch = max(int(b) for b in copy.batches("commits"))
+    assert sorted(copy.progress().values()) == [last_batch + 1] * 2
+    if source == "files":
+        assert last_batch == 2
+
+
+@pytest.mark.parametrize("source", ["files", "rate"])
+def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_nothing_twice(kafka, tmp_path,
+                                                                                             source):
+    copy = FileCopy(kafka, tmp_path, files=3)
+    spec = str(copy.input) if source == "files" else "rate"
+    crashed = copy.run_driver(spec, "arm")
+    assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
+    assert copy.batches("offsets") - copy.batches("commits") == {"0"}
+    first = copy.output_ids()
+    assert first, "the crashed batch should have committed its Kafka transactions"
+
+    restarted = copy.run_driver(spec)
+    assert restarted.returncode == 0, restarted.stderr[-4000:]
+    ids = copy.output_ids()
+    if source == "files":
+        assert_each_once(ids, copy.expected)
+    else:
+        assert_whole_rate_batches(ids)
+    assert set(first) <= set(ids)
+    last_batch = max(int(b) for b in copy.batches("commits"))
+    assert set(copy.progress().values()) == {last_batch + 1}
+
+
+def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(kafka, tmp_path):
+    copy = FileCopy(kafka, tmp_path, files=2)
+    source = f"random:{copy.input}"  # repartition(2, rand()): a replay puts records in other tasks
+    crashed = copy.run_driver(source, "arm")
+    assert crashed.returncode != 0 and "finished" not in crashed.stdout
+    first = copy.output_ids()
+    assert len(first) == len(set(first)) == PER_FILE  # one file: the batch Spark did not log as done
+
+    restarted = copy.run_driver(source)
+    assert restarted.returncode != 0
+    assert "NonDeterministicReplayError" in restarted.stderr and "is not deterministic" in restarted.stderr, \
+        restarted.stderr[-4000:]
+    assert sorted(copy.output_ids()) == sorted(first)
+
+
+def _run_with_zombie(spark, kafka, tmp_path, fencing: bool) -> FileCopy:
+    # Two files a batch: two tasks, one on each executor, so the armed executor runs one of them.
+    copy = FileCopy(kafka, tmp_path, files=4)
+    zombie = Zombie(spark, faults.STALL_AFTER_STABLE_READ, tmp_path)
+    try:
+        if not fencing:
+            zombie.switch_fencing_off()
+        query = copy.writer(spark, files_per_batch=2, **{"kafka.transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                                                         "stableOffsetsTimeoutMs": 60000}).start()
+        assert query.awaitTermination(300), "the query did not finish"
+        zombie.stalled()
+        zombie.resume_and_wait_until_gone()
+    finally:
+        zombie.clean_up()
+    return copy
+
+
+@pytest.mark.spark_local_cluster
+def test_a_stalled_attempt_that_resumes_after_its_retry_and_the_next_batch_committed_makes_nothing_visible(
+        spark_fast_loss, kafka, tmp_path):
+    copy = _run_with_zombie(spark_fast_loss, kafka, tmp_path, fencing=True)
+    assert_each_once(copy.output_ids(), copy.expected)
+    assert sorted(copy.progress().values()) == [2, 2]  # the zombie's batch 1 did not move a task's progress back
+
+
+@pytest.mark.spark_local_cluster
+def test_without_attempt_fencing_the_stalled_attempt_writes_its_batch_a_second_time(spark_fast_loss, kafka,
+                                                                                     tmp_path):
+    copy = _run_with_zombie(spark_fast_loss, kafka, tmp_path, fencing=False)
+    ids = copy.output_ids()
+    assert len(ids) > len(set(ids)), "the zombie's records should appear twice without attempt fencing"
