@@ -25,9 +25,9 @@ class Ground:
     def plan(self):
         return self.claims.open_plan(self.group)
 
-    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, memberships=()):
+    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, memberships=(), not_before=None):
         claim = claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
-                              transactional_id, memberships)
+                              transactional_id, memberships, not_before)
         claim.enforce()
         return claim
 
@@ -101,6 +101,42 @@ def test_a_later_plan_is_newer_whatever_the_task_attempt_ids(ground):
     assert _fatal(fenced.value)
     with pytest.raises(StaleAttemptError):
         ground.claim(old_run, 501, unique_name("old-run"))
+
+
+def test_a_progress_plan_fences_an_attempt_of_an_earlier_run_that_claimed_before_the_plan(ground):
+    # Progress records (a sink without kafka.group.id) have no group generation to fence an
+    # earlier run of the query: an attempt that claimed, then stalled while the query was restarted
+    # in the same application, is older than the new run's plan record. The new run's plan reads
+    # the claims of one transaction timeout before it.
+    earlier_run = ground.plan()
+    zombie_id = unique_name("zombie")
+    zombie = ground.open_transaction(zombie_id)
+    ground.claim(earlier_run, 7, zombie_id)
+    later_run = ground.claims.open_plan(ground.group, lookback_ms=60000)
+    assert later_run.since is not None and later_run.since <= earlier_run.epoch < later_run.epoch
+    ground.claim(later_run, 1, unique_name("replay"))
+    with pytest.raises(KafkaException) as fenced:  # unfenced, it would commit its record
+        zombie.send_offsets_to_transaction([TopicPartition(ground.output, 0, 1)], _group_metadata(ground), 30)
+        zombie.commit_transaction(30)
+    assert _fatal(fenced.value), fenced.value
+    assert read_committed(ground.bootstrap, ground.output) == []
+
+
+def test_a_progress_plan_reads_no_claim_before_the_plan_its_task_last_committed_under(ground):
+    # An attempt of an earlier batch was fenced by the attempt that committed that batch: claims
+    # before that plan are not read again, and a live transaction of the same id is left alone.
+    earlier_batch = ground.plan()
+    worker_id = unique_name("worker")
+    ground.claim(earlier_batch, 3, worker_id)  # never released: its worker was killed, say
+    committed_under = ground.plan()
+    moved_on = ground.open_transaction(worker_id)  # the id's next holder, mid-transaction
+    later_run = ground.claims.open_plan(ground.group, lookback_ms=60000)
+    assert later_run.since <= earlier_batch.epoch
+    ground.claim(later_run, 1, unique_name("replay"), not_before=committed_under.epoch)
+    moved_on.commit_transaction(30)
+    committed = wait_until(lambda: _at_least(1, read_committed(ground.bootstrap, ground.output)), 30,
+                           "the transaction's markers")
+    assert [r.value for r in committed] == [worker_id.encode()]
 
 
 def test_a_released_claim_is_not_fenced_and_other_partitions_are_not_touched(ground):

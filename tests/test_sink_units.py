@@ -12,11 +12,12 @@ from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministi
 from pyspark_eos.source.group_membership import GroupStamp
 from pyspark_eos.kafka.group_offsets import Committed
 from pyspark_eos.source.offset_planning import OffsetRange
+from pyspark_eos.sink.attempt_fencing import FencingPlan
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.sink.provenance import Provenance
 from pyspark_eos.sink.records import RecordColumns, check_sink_schema
-from pyspark_eos.sink.task_progress import (NEVER, Progress, ProgressKey, RecordDigest, decide_progress, group_metadata,
-                                            progress_metadata)
+from pyspark_eos.sink.task_progress import (NEVER, Progress, ProgressKey, RecordDigest, committed_plan, decide_progress,
+                                            group_metadata, progress_metadata)
 
 STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
 PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))
@@ -295,11 +296,22 @@ def _digest(chunks) -> RecordDigest:
     return digest
 
 
+def test_a_progress_plan_reads_claims_from_its_lookback_but_not_before_the_tasks_last_committed_plan():
+    assert FencingPlan("claims", 50).reading_start(30) == 50  # a plan of input offsets: its own record
+    lookback = FencingPlan("claims", 50, since=20)
+    assert lookback.reading_start() == 20
+    assert lookback.reading_start(30) == 30  # the task committed under plan 30: older claims were fenced
+    assert lookback.reading_start(10) == 20  # claims before the lookback belong to aborted transactions
+    assert lookback.reading_start(60) == 50  # never after the plan's own record
+
+
 def test_progress_commits_a_new_batch_skips_a_replay_and_refuses_an_older_or_different_one():
     key = ProgressKey("eos-kafka", "q-1", 3, "claims")
     assert key.group_id == "eos-kafka.progress.q-1.3" and key.partition == ("claims", 0)
     digest = _digest([_columns([b"a", b"b"])])
-    stored = Committed(8, progress_metadata(7, "q-1", digest))
+    stored = Committed(8, progress_metadata(7, "q-1", digest, FencingPlan("claims", 42)))
+    assert committed_plan(stored) == 42 and committed_plan(NEVER) is None
+    assert committed_plan(Committed(8, '{"batch":7}')) is None  # committed before progress named its plan
     assert decide_progress(7, NEVER, digest, "task 3") is Progress.COMMIT
     assert decide_progress(8, stored, digest, "task 3") is Progress.COMMIT  # the next batch
     assert decide_progress(12, stored, digest, "task 3") is Progress.COMMIT  # no task 3 in batches 8-11

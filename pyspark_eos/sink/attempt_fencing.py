@@ -38,6 +38,15 @@ Between instances layer 1 decides: any claim this attempt can read came after it
 so after both instances joined the group; whichever instance the group no longer knows gets
 its offsets refused (FENCED_INSTANCE_ID, ILLEGAL_GENERATION), and offsets it sent before that
 are waited for by the stable read.
+
+Progress records (task_progress) have no layer 1: their groups have no members, so an attempt of
+an earlier run of the query (a stalled executor's, when the query was restarted in the same
+application) is not refused by any generation. Their plans are read from ``since`` instead, before
+the plan's own record: back to the claims appended one transaction timeout (and a margin) before
+the plan, where any older attempt's transaction has been aborted by the broker (such an attempt
+delivers its records, which opens its transaction, before it claims), and no further back than the
+plan under which the task last committed (an attempt of an earlier batch was fenced by the attempt
+that committed it). Claims read from there are all older than the plan's: they can only be fenced.
 """
 from __future__ import annotations
 
@@ -76,6 +85,15 @@ class FencingPlan:
 
     topic: str
     epoch: int  # the offset of the plan's record in the claims topic
+    # Where its attempts start reading claims, when that is before its own record: claims of an
+    # earlier run that may still commit (progress plans, see the module's docstring).
+    since: int | None = None
+
+    def reading_start(self, not_before: int | None = None) -> int:
+        """Where an attempt of this plan starts reading claims (never after the plan's record)."""
+        if self.since is None:
+            return self.epoch
+        return min(self.epoch, max(self.since, not_before if not_before is not None else self.since))
 
 
 @dataclass(frozen=True, order=True)
@@ -133,11 +151,30 @@ class ClaimsLog:
         self.kafka_params = kafka_params
         self.topic = topic
         self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
         self._lock = threading.Lock()  # planning and the group membership's thread both append
 
-    def open_plan(self, group_id: str) -> FencingPlan:
+    def open_plan(self, group_id: str, lookback_ms: int | None = None) -> FencingPlan:
+        """Append a plan record; with ``lookback_ms`` its attempts also read the claims appended
+        that long before it (an earlier run's, which no group generation fences)."""
         value = json.dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()}).encode()
-        return FencingPlan(self.topic, append(self._ready_producer(), self.topic, group_id, value))
+        appended_ms = int(time.time() * 1000)
+        epoch = append(self._ready_producer(), self.topic, group_id, value)
+        if lookback_ms is None:
+            return FencingPlan(self.topic, epoch)
+        return FencingPlan(self.topic, epoch, self._offset_at(appended_ms - lookback_ms, epoch))
+
+    def _offset_at(self, timestamp_ms: int, epoch: int) -> int:
+        """The first claims offset appended at or after ``timestamp_ms`` (at most ``epoch``)."""
+        if self._consumer is None:
+            self._consumer = Consumer({**self.kafka_params, "bootstrap.servers": self.bootstrap_servers,
+                                       "group.id": "eos-kafka-claims-reader", "enable.auto.commit": "false"})
+        found = self._consumer.offsets_for_times([TopicPartition(self.topic, 0, max(timestamp_ms, 0))],
+                                                 REQUEST_TIMEOUT_S)[0]
+        if found.error is not None:
+            raise KafkaClientError(f"looking up the claims topic {self.topic!r} by time failed: {found.error}; "
+                                   "check that the principal may DESCRIBE and READ it")
+        return epoch if found.offset < 0 else min(found.offset, epoch)
 
     def record_stamp(self, stamp: GroupStamp) -> None:
         """Append a new generation's stamp: tasks of a plan stamped with an older generation of the
@@ -269,9 +306,11 @@ class AttemptClaim:
 
 def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group: str,
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
-                  transactional_id: str, memberships: Iterable[str] = ()) -> AttemptClaim | None:
+                  transactional_id: str, memberships: Iterable[str] = (),
+                  not_before: int | None = None) -> AttemptClaim | None:
     """Append this attempt's claim on the task's input (None while fencing is switched off).
-    ``memberships``: the membership tokens of the plans' group stamps (this instance)."""
+    ``memberships``: the membership tokens of the plans' group stamps (this instance);
+    ``not_before``: the plan under which the task last committed, if known (progress plans)."""
     if switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
@@ -284,7 +323,7 @@ def claim_attempt(clients: "FencingClients", plans: Iterable[FencingPlan], group
     own = Claim(CLAIM, group, frozenset(partitions), AttemptEpoch(plans[-1].epoch, task_attempt_id),
                 transactional_id, task, memberships=frozenset(m for m in memberships if m))
     offset = append(clients.producer(), topic, group, own.to_json())
-    return AttemptClaim(own, topic, plans[0].epoch, offset, clients)
+    return AttemptClaim(own, topic, plans[0].reading_start(not_before), offset, clients)
 
 
 def _log_other_instances(claims: list[Claim], own: Claim) -> None:

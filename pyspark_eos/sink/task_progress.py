@@ -18,6 +18,9 @@ written there for it). The offset's metadata holds the task's record count and c
 The same stable read of the group's offsets (an open transaction of a dead attempt is waited
 out) and the same claims protocol (attempt_fencing; its plan record appended by the driver for
 every batch, see writer.py) apply as with input offsets: of all attempts of a task, one commits.
+Without a consumer group's generations to fence an earlier run's attempts, a progress plan's
+attempts also read the claims of the transaction timeout before it (attempt_fencing), back to the
+plan under which the task last committed, which the progress record names.
 One group per task keeps each group at one offset, so the records grow with the number of write
 tasks, not with batches; an idle group's offsets expire after the broker's
 ``offsets.retention.minutes``.
@@ -117,8 +120,15 @@ def _as_bytes(value) -> bytes:
     return b"\xff" if value is None else repr(value).encode()  # None apart from b"": a null is not empty
 
 
-def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest) -> str:
-    return json.dumps({"batch": batch_id, "query": query_id, **digest.as_json()}, separators=(",", ":"))
+def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest, plan: FencingPlan) -> str:
+    return json.dumps({"batch": batch_id, "query": query_id, **digest.as_json(), "plan": plan.epoch},
+                      separators=(",", ":"))
+
+
+def committed_plan(committed: Committed) -> int | None:
+    """The claims offset of the plan under which the task last committed (None: not known)."""
+    plan = _stored(committed.metadata).get("plan") if committed.offset is not None else None
+    return plan if isinstance(plan, int) else None
 
 
 def decide_progress(batch_id: int, committed: Committed, digest: RecordDigest, where: str) -> Progress:
@@ -168,8 +178,11 @@ def group_metadata(group_id: str, bootstrap_servers: str, kafka_params: dict[str
     return _group_metadata[group_id]
 
 
-
 _claims_logs: dict[tuple, ClaimsLog] = {}
+# Beyond the transaction timeout: the broker's sweep for timed-out transactions (every 10 s by
+# default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew between the
+# driver and the executors, whose clocks stamp their claims.
+LOOKBACK_MARGIN_MS = 30_000
 
 
 def open_progress_plan(options: SinkOptions) -> FencingPlan:
@@ -179,4 +192,5 @@ def open_progress_plan(options: SinkOptions) -> FencingPlan:
     key = (options.bootstrap_servers, options.claims_topic, tuple(sorted(options.kafka.items())))
     if key not in _claims_logs:
         _claims_logs[key] = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic)
-    return _claims_logs[key].open_plan(f"{options.transactional_id_prefix}.progress")
+    return _claims_logs[key].open_plan(f"{options.transactional_id_prefix}.progress",
+                                       lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)

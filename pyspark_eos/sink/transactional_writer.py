@@ -22,9 +22,9 @@ from pyspark.sql.datasource import WriterCommitMessage
 from . import fault_hooks as faults
 from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
-from ..kafka.group_offsets import fetch_stable_commits
+from ..kafka.group_offsets import fetch_committed_once, fetch_stable_commits
 from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import ID_PER_PARTITION, SinkOptions
 from .producer_pool import (WorkerProducer, admin_for, cached_slot, close_idle_configurations, delivery_failures,
@@ -34,8 +34,8 @@ from .provenance import collect, release
 from .rebalance import raise_if_rebalanced, under_current_generation
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
-from .task_progress import (NEVER, Progress, ProgressKey, RecordDigest, decide_progress, group_metadata,
-                            progress_metadata)
+from .task_progress import (NEVER, Progress, ProgressKey, RecordDigest, committed_plan, decide_progress,
+                            group_metadata, progress_metadata)
 from .transactional_id_factory import lease_input_partition, lease_slot
 
 log = logging.getLogger(__name__)
@@ -309,11 +309,18 @@ def _progress_key(options: SinkOptions, task: TaskInfo) -> ProgressKey:
 def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, progress: FencingPlan,
                      digest: RecordDigest, commitment: _Commitment) -> str:
     key = commitment.plan = _progress_key(options, task)
+    producer = worker.producer
+    if digest.records == 0:
+        # Nothing to make visible and nothing to record: an empty attempt that claimed would open
+        # its transaction only when sending its offsets, after its claim (see _deliver).
+        producer.abort_transaction(COMMIT_TIMEOUT_S)
+        return "nothing to write"
+    _deliver(producer, options)
     commitment.claim = claim_attempt(fencing_clients_for(options), [progress], key.claim_group, key.claim_partitions,
-                                     task.task_attempt_id, task.describe(), worker.transactional_id)
+                                     task.task_attempt_id, task.describe(), worker.transactional_id,
+                                     not_before=_last_committed_plan(options, key))
     if commitment.claim is not None:
         commitment.claim.enforce()
-    producer = worker.producer
     committed = fetch_stable_commits(admin_for(options), key.group_id, [key.partition],
                                      options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
     faults.stall_point(faults.STALL_AFTER_STABLE_READ)
@@ -322,10 +329,28 @@ def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInf
     if decision is Progress.ALREADY_COMMITTED:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "skipped (already committed)"
-    metadata = progress_metadata(batch, task.query_id, digest)
+    metadata = progress_metadata(batch, task.query_id, digest, progress)
     _send_offsets(producer, [TopicPartition(key.topic, 0, batch + 1, metadata=metadata)],
                   group_metadata(key.group_id, options.bootstrap_servers, options.kafka), options)
     return _commit_transaction(producer)
+
+
+def _deliver(producer, options: SinkOptions) -> None:
+    """Deliver the task's records before it claims: their partitions join its transaction on the
+    broker, whose timeout then runs from before the claim. A later run's attempt reads the claims
+    of one transaction timeout back (attempt_fencing), so an older claim belongs to a transaction
+    the broker has aborted."""
+    left = producer.flush(options.transaction_timeout_ms / 1000)
+    if left:
+        raise KafkaClientError(f"{left} record(s) of this task were not delivered within the transaction timeout "
+                               f"({options.transaction_timeout_ms} ms): check that the brokers are reachable")
+
+
+def _last_committed_plan(options: SinkOptions, key: ProgressKey) -> int | None:
+    """The plan under which the task last committed, read without waiting for an open transaction
+    (None then: the attempt reads its plan's whole lookback of claims)."""
+    attempt = fetch_committed_once(admin_for(options), key.group_id, [key.partition])
+    return committed_plan(attempt.commits.get(key.partition, NEVER)) if attempt.settled else None
 
 
 def _send_offsets(producer, offsets: list[TopicPartition], group_metadata: bytes, options: SinkOptions) -> None:
@@ -369,6 +394,8 @@ def _is_fatal(error: Exception) -> bool:
     return isinstance(kafka_error, KafkaError) and kafka_error.fatal()
 
 
-def _where(task: TaskInfo, worker: WorkerProducer, plan: CommitPlan | None) -> str:
+def _where(task: TaskInfo, worker: WorkerProducer, plan: CommitPlan | ProgressKey | None) -> str:
     where = f"{task.describe()}, transactional id {worker.transactional_id!r}"
+    if isinstance(plan, ProgressKey):
+        return f"{where}, {plan.describe()}"
     return where + (f", input {plan.describe()}" if plan is not None else "")

@@ -61,9 +61,16 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
 class EosKafkaStreamWriter(_StreamBase):
     def __init__(self, options: SinkOptions):
         self.options = options
-        # Built on the driver for every micro-batch: without input offsets to commit, the tasks
-        # commit their own progress, ordered by this batch's plan record (task_progress).
-        self.progress = open_progress_plan(options) if options.records_progress else None
+        self.progress = None
+
+    def __getstate__(self) -> dict:
+        # Spark builds this writer on the driver for every micro-batch and pickles it for the
+        # batch's write tasks; without input offsets to commit, they commit their own progress,
+        # ordered by the batch's plan record (task_progress), appended here. Spark also builds a
+        # writer to call commit() or abort(), which is never pickled and needs no plan record.
+        if self.options.records_progress and self.progress is None:
+            self.progress = open_progress_plan(self.options)
+        return self.__dict__
 
     def write(self, iterator):
         return write_task(_records(_StreamBase, iterator, self.options), self.options, self.progress)
