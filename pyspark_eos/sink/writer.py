@@ -14,6 +14,7 @@ from collections import Counter
 from pyspark.sql import datasource
 
 from . import fault_hooks as faults
+from ..errors import EosKafkaError
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
 from .task_progress import open_progress_plan
@@ -73,6 +74,10 @@ class EosKafkaStreamWriter(_StreamBase):
         return self.__dict__
 
     def write(self, iterator):
+        if self.options.records_progress and self.progress is None:
+            # Never write without it: the task would commit no progress, and a replay would write again.
+            raise EosKafkaError("this write task got no plan record for its batch from the driver (the sink's writer "
+                                "reached it without being pickled); nothing was written. Report this as a bug")
         return write_task(_records(_StreamBase, iterator, self.options), self.options, self.progress)
 
     def commit(self, messages, batchId) -> None:
