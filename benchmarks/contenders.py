@@ -63,11 +63,12 @@ class Ground:
         return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
-def start_ground(bootstrap: str, work: Path) -> Ground:
-    """A local[2] session with Spark's own Kafka connector beside eos-kafka, on the given broker."""
+def start_ground(bootstrap: str, work: Path, conf: dict[str, str] | None = None) -> Ground:
+    """A local[2] session with Spark's own Kafka connector beside eos-kafka, on the given broker;
+    ``conf``: more Spark settings for the session."""
     jars = ",".join(str(j) for j in jars_not_in_spark(SPARK_KAFKA_CONNECTOR.jars()))
     spark = local_spark_session("local[2]", app_name="eos-kafka benchmarks", conf={
-        "spark.jars": jars, "spark.sql.streaming.numRecentProgressUpdates": "10000"})
+        "spark.jars": jars, "spark.sql.streaming.numRecentProgressUpdates": "10000", **(conf or {})})
     return Ground(bootstrap, spark, work)
 
 

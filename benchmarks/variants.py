@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "SETTING"),
                         help="a name, then source.<option>=<value> or sink.<option>=<value> settings")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session all contenders run in")
     args = parser.parse_args(argv)
+    conf = dict(setting.split("=", 1) for setting in args.conf)
     variants = [("spark-kafka", {}, {}), ("eos-kafka", {}, {}),
                 *(parse_variant(name, settings) for name, *settings in args.variant)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list] = {name: [] for name, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="eos-kafka-variants-") as work, \
             EmbeddedKafkaCluster(directory=Path(work) / "kafka", heap="2g") as kafka:
-        ground = contenders.start_ground(kafka.bootstrap_servers, Path(work))
+        ground = contenders.start_ground(kafka.bootstrap_servers, Path(work), conf)
         contenders.warm_up(ground)
         source_topic = create_topic(kafka.bootstrap_servers, unique("in"), PARTITIONS)
         write_input(kafka.bootstrap_servers, source_topic, args.records, args.size, PARTITIONS)
