@@ -16,7 +16,7 @@ from pyspark_eos.sink.attempt_fencing import FencingPlan
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.sink.provenance import Provenance
 from pyspark_eos.sink.records import RecordColumns, check_sink_schema
-from pyspark_eos.sink.task_progress import (NEVER, Progress, ProgressKey, RecordDigest, committed_plan, decide_progress,
+from pyspark_eos.sink.task_progress import (NEVER, ProgressKey, RecordDigest, committed_plan, decide_progress,
                                             group_metadata, progress_metadata)
 
 STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
@@ -312,10 +312,10 @@ def test_progress_commits_a_new_batch_skips_a_replay_and_refuses_an_older_or_dif
     stored = Committed(8, progress_metadata(7, "q-1", digest, FencingPlan("claims", 42)))
     assert committed_plan(stored) == 42 and committed_plan(NEVER) is None
     assert committed_plan(Committed(8, '{"batch":7}')) is None  # committed before progress named its plan
-    assert decide_progress(7, NEVER, digest, "task 3") is Progress.COMMIT
-    assert decide_progress(8, stored, digest, "task 3") is Progress.COMMIT  # the next batch
-    assert decide_progress(12, stored, digest, "task 3") is Progress.COMMIT  # no task 3 in batches 8-11
-    assert decide_progress(7, stored, digest, "task 3") is Progress.ALREADY_COMMITTED  # a replay
+    assert decide_progress(7, NEVER, digest, "task 3") is Decision.COMMIT
+    assert decide_progress(8, stored, digest, "task 3") is Decision.COMMIT  # the next batch
+    assert decide_progress(12, stored, digest, "task 3") is Decision.COMMIT  # no task 3 in batches 8-11
+    assert decide_progress(7, stored, digest, "task 3") is Decision.ALREADY_COMMITTED  # a replay
     with pytest.raises(NonDeterministicReplayError, match=r"task 3: batch 7 was written before with 2 record\(s\) "
                        r"\(checksum [0-9a-f]{16}\), and its replay has 1 .*not deterministic"):
         decide_progress(7, stored, _digest([_columns([b"a"])]), "task 3")

@@ -27,7 +27,7 @@ from ..source.offset_planning import OffsetRange
 from .provenance import Provenance
 
 TopicPartitionKey = tuple[str, int]
-_NEVER = Committed(None, "")
+NEVER = Committed(None, "")  # a partition the group never committed
 
 
 class Decision(Enum):
@@ -113,7 +113,7 @@ def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committ
                 f"{stamp.describe()}, which owns {sorted(stamp.assignment)} (UNASSIGNED_PARTITION). Another "
                 "member of the group owns them; is a second pipeline, or another consumer, using this group?"
             )
-        newer = [r.key for r in ranges if _stored_generation(committed.get(r.key, _NEVER).metadata) > stamp.generation]
+        newer = [r.key for r in ranges if _stored_generation(committed.get(r.key, NEVER).metadata) > stamp.generation]
         if newer:
             raise UnassignedPartitionError(
                 f"refusing to commit offsets for {sorted(newer)}: the group's committed offsets there carry a "
@@ -122,13 +122,13 @@ def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committ
 
 
 def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed], query_id: str | None = None) -> Decision:
-    offsets = {r.key: committed.get(r.key, _NEVER).offset for r in plan.ranges}
+    offsets = {r.key: committed.get(r.key, NEVER).offset for r in plan.ranges}
     if all(offsets[r.key] == r.end for r in plan.ranges):
         return Decision.ALREADY_COMMITTED
     if all(_at_start(r, offsets[r.key]) for r in plan.ranges):
         return Decision.COMMIT
     found = ", ".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in offsets.items())
-    others = sorted({q for r in plan.ranges if (q := _stored_query(committed.get(r.key, _NEVER).metadata))
+    others = sorted({q for r in plan.ranges if (q := _stored_query(committed.get(r.key, NEVER).metadata))
                      and query_id and q != query_id})
     if others:
         # A static member replaced by another instance keeps its generation (no rebalance), so the
@@ -155,16 +155,16 @@ def _at_start(offset_range: OffsetRange, committed_offset: int | None) -> bool:
 
 
 def _stored_generation(metadata: str) -> int:
-    generation = _stored(metadata).get("generation", -1)
+    generation = stored_metadata(metadata).get("generation", -1)
     return generation if isinstance(generation, int) else -1  # a plain consumer's commit carries none
 
 
 def _stored_query(metadata: str) -> str | None:
-    query = _stored(metadata).get("query")
+    query = stored_metadata(metadata).get("query")
     return query if isinstance(query, str) else None
 
 
-def _stored(metadata: str) -> dict:
+def stored_metadata(metadata: str) -> dict:
     """What partition_metadata stored; empty for an offset committed by something else."""
     try:
         stored = json.loads(metadata)

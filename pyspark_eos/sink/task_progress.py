@@ -30,24 +30,18 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from enum import Enum
 
 from confluent_kafka import Consumer
 
 from ..errors import NonDeterministicReplayError, StaleAttemptError
 from ..kafka.group_offsets import Committed
 from .attempt_fencing import ClaimsLog, FencingPlan
+from .commit_offsets import NEVER, Decision, stored_metadata
 from .options import SinkOptions
 from .records import RecordColumns
 
 TopicPartitionKey = tuple[str, int]
 _MASK = (1 << 64) - 1
-NEVER = Committed(None, "")
-
-
-class Progress(Enum):
-    COMMIT = "commit"
-    ALREADY_COMMITTED = "already committed"
 
 
 @dataclass(frozen=True)
@@ -127,21 +121,21 @@ def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest, plan: 
 
 def committed_plan(committed: Committed) -> int | None:
     """The claims offset of the plan under which the task last committed (None: not known)."""
-    plan = _stored(committed.metadata).get("plan") if committed.offset is not None else None
+    plan = stored_metadata(committed.metadata).get("plan") if committed.offset is not None else None
     return plan if isinstance(plan, int) else None
 
 
-def decide_progress(batch_id: int, committed: Committed, digest: RecordDigest, where: str) -> Progress:
+def decide_progress(batch_id: int, committed: Committed, digest: RecordDigest, where: str) -> Decision:
     done = batch_id + 1
     if committed.offset is None or committed.offset < done:
-        return Progress.COMMIT
+        return Decision.COMMIT
     if committed.offset > done:
         raise StaleAttemptError(
             f"{where}: this task has already written batch {committed.offset - 1} of the query, after batch "
             f"{batch_id} that this attempt writes: it is a stale attempt (its executor stalled and was declared "
             "lost, or a speculative copy) and refuses to commit, so the progress never moves back. Nothing to do: "
             "Spark keeps the newer attempt's output")
-    stored, replay = _stored(committed.metadata), digest.as_json()
+    stored, replay = stored_metadata(committed.metadata), digest.as_json()
     if (stored.get("records"), stored.get("checksum")) != (replay["records"], replay["checksum"]):
         raise NonDeterministicReplayError(
             f"{where}: batch {batch_id} was written before with {stored.get('records')} record(s) (checksum "
@@ -150,15 +144,7 @@ def decide_progress(batch_id: int, committed: Committed, digest: RecordDigest, w
             "partitioned by such a value, or a source that does not replay the same data), so writing the replay "
             "could duplicate or lose records. Nothing of the replay was written. Make the plan deterministic "
             "(seeded functions, partition by a column), or set deliveryGuarantee=at-least-once")
-    return Progress.ALREADY_COMMITTED
-
-
-def _stored(metadata: str) -> dict:
-    try:
-        stored = json.loads(metadata)
-    except ValueError:
-        return {}
-    return stored if isinstance(stored, dict) else {}
+    return Decision.ALREADY_COMMITTED
 
 
 _group_metadata: dict[str, bytes] = {}

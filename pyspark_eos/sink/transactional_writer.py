@@ -34,7 +34,7 @@ from .provenance import collect, release
 from .rebalance import raise_if_rebalanced, under_current_generation
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
-from .task_progress import (NEVER, Progress, ProgressKey, RecordDigest, committed_plan, decide_progress,
+from .task_progress import (NEVER, ProgressKey, RecordDigest, committed_plan, decide_progress,
                             group_metadata, progress_metadata)
 from .transactional_id_factory import lease_input_partition, lease_slot
 
@@ -326,7 +326,7 @@ def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInf
     faults.stall_point(faults.STALL_AFTER_STABLE_READ)
     batch = int(task.batch_id)
     decision = decide_progress(batch, committed.get(key.partition, NEVER), digest, task.describe())
-    if decision is Progress.ALREADY_COMMITTED:
+    if decision is Decision.ALREADY_COMMITTED:
         producer.abort_transaction(COMMIT_TIMEOUT_S)
         return "skipped (already committed)"
     metadata = progress_metadata(batch, task.query_id, digest, progress)
