@@ -77,6 +77,8 @@ REQUEST_TIMEOUT_S = 30.0
 CLAIMS_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 TopicPartitionKey = tuple[str, int]
+# librdkafka wants a group.id even for a consumer that only assign()s; nothing is ever committed.
+CLAIMS_READER_GROUP = "eos-kafka-claims-reader"
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ class FencingPlan:
         """Where an attempt of this plan starts reading claims (never after the plan's record)."""
         if self.since is None:
             return self.epoch
-        return min(self.epoch, max(self.since, not_before if not_before is not None else self.since))
+        start = self.since if not_before is None else max(self.since, not_before)
+        return min(self.epoch, start)
 
 
 @dataclass(frozen=True, order=True)
@@ -168,7 +171,7 @@ class ClaimsLog:
         """The first claims offset appended at or after ``timestamp_ms`` (at most ``epoch``)."""
         if self._consumer is None:
             self._consumer = Consumer({**self.kafka_params, "bootstrap.servers": self.bootstrap_servers,
-                                       "group.id": "eos-kafka-claims-reader", "enable.auto.commit": "false"})
+                                       "group.id": CLAIMS_READER_GROUP, "enable.auto.commit": "false"})
         found = self._consumer.offsets_for_times([TopicPartition(self.topic, 0, max(timestamp_ms, 0))],
                                                  REQUEST_TIMEOUT_S)[0]
         if found.error is not None:
@@ -456,7 +459,7 @@ class FencingClients:
                 "bootstrap.servers": self.bootstrap_servers,
                 # The pipeline's group, which its principal may already use; never joined: assign() only.
                 # Without one (progress records) librdkafka still wants a name; nothing is committed.
-                "group.id": self.group or "eos-kafka-claims-reader",
+                "group.id": self.group or CLAIMS_READER_GROUP,
                 "enable.auto.commit": "false",
                 "enable.partition.eof": "true",
                 "auto.offset.reset": "error",
