@@ -157,7 +157,8 @@ def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict):
               .option("subscribe", topic).option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", batch))
     for key, value in options.items():
-        reader = reader.option(key, value)
+        if value is not None:  # None: an option a variant dropped
+            reader = reader.option(key, value)
     return reader.load()
 
 

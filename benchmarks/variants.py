@@ -13,6 +13,7 @@ always run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import sys
@@ -28,24 +29,40 @@ log = logging.getLogger("benchmarks.variants")
 PARTITIONS = 8
 
 
-def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict]:
-    """``source.<option>=<value>`` and ``sink.<option>=<value>`` settings of one variant."""
-    options: dict[str, dict] = {"source": {}, "sink": {}}
+def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict, dict]:
+    """``source.<option>=<value>``, ``sink.<option>=<value>`` and ``conf.<Spark setting>=<value>``
+    settings of one variant (a Spark setting holds for that variant's runs only)."""
+    options: dict[str, dict] = {"source": {}, "sink": {}, "conf": {}}
     for setting in settings:
         side, _, assignment = setting.partition(".")
         key, equals, value = assignment.partition("=")
         if side not in options or not equals:
-            raise SystemExit(f"variant {name}: {setting!r} is not source.<option>=<value> or sink.<option>=<value>")
-        options[side][key] = value
-    return name, options["source"], options["sink"]
+            raise SystemExit(f"variant {name}: {setting!r} is not source.<option>=<value>, sink.<option>=<value> "
+                             "or conf.<Spark setting>=<value>")
+        options[side][key] = value or None  # an empty value drops the option, e.g. the sink's kafka.group.id
+    return name, options["source"], options["sink"], options["conf"]
 
 
-def run_variant(ground, source_topic: str, records: int, batch: int, variant: tuple[str, dict, dict]):
-    name, source_options, sink_options = variant
+def run_variant(ground, source_topic: str, records: int, batch: int, variant: tuple[str, dict, dict, dict]):
+    name, source_options, sink_options, conf = variant
     if name == "spark-kafka":
         return contenders.spark_kafka_copy(ground, source_topic, PARTITIONS, records, batch)
-    return contenders.eos_kafka_copy(ground, source_topic, PARTITIONS, records, batch, sink_options, name,
-                                     source_options)
+    with session_conf(ground.spark, conf):
+        return contenders.eos_kafka_copy(ground, source_topic, PARTITIONS, records, batch, sink_options, name,
+                                         source_options)
+
+
+@contextlib.contextmanager
+def session_conf(spark, conf: dict):
+    """The session with ``conf`` set (None: unset), as it was again afterwards."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,16 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100_000, help="records per micro-batch (maxOffsetsPerTrigger)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "SETTING"),
-                        help="a name, then source.<option>=<value> or sink.<option>=<value> settings")
+                        help="a name, then source.<option>=<value>, sink.<option>=<value> or "
+                             "conf.<Spark setting>=<value> settings (an empty value drops that option)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session all contenders run in")
     args = parser.parse_args(argv)
     conf = dict(setting.split("=", 1) for setting in args.conf)
-    variants = [("spark-kafka", {}, {}), ("eos-kafka", {}, {}),
+    variants = [("spark-kafka", {}, {}, {}), ("eos-kafka", {}, {}, {}),
                 *(parse_variant(name, settings) for name, *settings in args.variant)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    runs: dict[str, list] = {name: [] for name, _, _ in variants}
+    runs: dict[str, list] = {name: [] for name, *_ in variants}
     with tempfile.TemporaryDirectory(prefix="eos-kafka-variants-") as work, \
             EmbeddedKafkaCluster(directory=Path(work) / "kafka", heap="2g") as kafka:
         ground = contenders.start_ground(kafka.bootstrap_servers, Path(work), conf)
@@ -84,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.records} records of {args.size} B, batches of {args.batch}, medians of {args.repeats}")
     for name, done in runs.items():
         speed = statistics.median(r.records_per_second for r in done)
+        # Batches after each run's first (the query's start): steadier between runs than records/s.
+        steady = statistics.median(ms for r in done for ms in r.batch_ms[1:] or r.batch_ms)
         print(f"{name:>24} {speed:>10,.0f} records/s {speed / spark:>6.2f}x spark-kafka   "
-              f"out ok: {all(r.records_out == args.records for r in done)}")
+              f"later batches p50 {steady:,.0f} ms   out ok: {all(r.records_out == args.records for r in done)}")
     return 0
 
 
