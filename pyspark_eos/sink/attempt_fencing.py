@@ -179,6 +179,21 @@ class ClaimsLog:
                                    "check that the principal may DESCRIBE and READ it")
         return epoch if found.offset < 0 else min(found.offset, epoch)
 
+    def prepare(self) -> None:
+        """Make the producer now, in the background: the membership's first stamp is appended once
+        the group join ends, and a producer made then spent 60-150 ms on the claims topic and its
+        metadata on that path, and now and then 500 ms more waiting for its producer id (librdkafka
+        drops the bootstrap connection that answered ``connected``'s request, finds no broker up for
+        the producer-id request and retries only on a 500 ms timer). Made here, it does both while
+        the group is joined (benchmarks/query_start.py)."""
+        threading.Thread(target=self._prepare_quietly, name="eos-kafka-claims-producer", daemon=True).start()
+
+    def _prepare_quietly(self) -> None:
+        try:
+            self._ready_producer()
+        except Exception as error:  # noqa: BLE001 - the first append makes it again, and raises
+            log.debug("making the claims producer ahead of its first append failed: %s", error)
+
     def record_stamp(self, stamp: GroupStamp) -> None:
         """Append a new generation's stamp: tasks of a plan stamped with an older generation of the
         same membership commit under it (a rebalance during their batch)."""

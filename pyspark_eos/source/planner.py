@@ -76,6 +76,7 @@ class SourcePlanner:
             return None
         if self._membership is None:
             self.kafka.ensure_reachable()
+            self._claims.prepare()
             self._membership = self._new_membership().start()
         return self._membership.stamp()
 

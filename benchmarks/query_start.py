@@ -1,0 +1,82 @@
+"""What a query's start costs its driver: the eos-kafka source's ``initialOffset`` (the group join,
+whose first generation is recorded on the claims topic, and the starting offsets) and its first
+``latestOffset``, for new queries one after another, with the claims producer made while the group
+is joined (``ClaimsLog.prepare``, the default) and made at its first append (that step switched
+off), alternated against the same embedded broker.
+
+    .venv/bin/python -m benchmarks.query_start [--repeats N]
+
+Results go to results/query-start.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
+from pyspark_eos.source.options import SourceOptions
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
+
+from .report import RESULTS
+
+log = logging.getLogger("benchmarks.query_start")
+CASES = {"claims producer made during the join": True, "claims producer made at its first append": False}
+
+
+def _start_ms(bootstrap: str, topic: str, prepare: bool) -> float:
+    options = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                   "kafka.group.id": f"start-{uuid.uuid4().hex}", "maxOffsetsPerTrigger": "1000"},
+                                  streaming=True)
+    stream = KafkaMicroBatchStream(options)
+    if not prepare:
+        stream.planner._claims.prepare = lambda: None
+    started = time.perf_counter()
+    try:
+        start = stream.initialOffset()
+        stream.latestOffset(start, stream.getDefaultReadLimit())
+        return (time.perf_counter() - started) * 1000
+    finally:
+        stream.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.query_start", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("pyspark_eos").setLevel(logging.WARNING)
+    results: dict[str, list[float]] = {case: [] for case in CASES}
+    with tempfile.TemporaryDirectory(prefix="eos-kafka-query-start-") as work, \
+            EmbeddedKafkaCluster(directory=Path(work) / "kafka") as kafka:
+        bootstrap = kafka.bootstrap_servers
+        topic = create_topic(bootstrap, "query-start", 8)
+        _start_ms(bootstrap, topic, True)  # the broker's one-time costs (claims topic, transaction log) left out
+        for repeat in range(args.repeats):
+            for case, prepare in CASES.items():
+                results[case].append(_start_ms(bootstrap, topic, prepare))
+            log.info("repeat %d/%d done", repeat + 1, args.repeats)
+    print(f"\nA query's start on the driver (initialOffset + first latestOffset), ms over {args.repeats} queries "
+          "each, alternated, same broker:")
+    print(f"  {'':<42} {'median':>7} {'p90':>7} {'max':>7}")
+    summary = {}
+    for case, values in results.items():
+        ordered = sorted(values)
+        summary[case] = {"median_ms": round(statistics.median(values), 1),
+                         "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+                         "max_ms": round(max(values), 1), "runs_ms": [round(v, 1) for v in values]}
+        print(f"  {case:<42} {summary[case]['median_ms']:>7.1f} {summary[case]['p90_ms']:>7.1f} "
+              f"{summary[case]['max_ms']:>7.1f}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "query-start.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
