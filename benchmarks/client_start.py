@@ -11,7 +11,6 @@ Results go to results/client-start.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -25,7 +24,7 @@ from confluent_kafka import Producer
 from pyspark_eos.kafka.cluster import connected
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
-from .report import RESULTS
+from .report import save_json
 
 log = logging.getLogger("benchmarks.client_start")
 
@@ -81,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         summary[key] = {"median_ms": round(statistics.median(values), 1), "max_ms": round(max(values), 1),
                         "runs_ms": [round(v, 1) for v in values]}
         print(f"  {key:<50} {summary[key]['median_ms']:>7.1f} {summary[key]['max_ms']:>7.1f}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "client-start.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_json("client-start", summary)
     return 0
 
 

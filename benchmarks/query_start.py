@@ -11,7 +11,6 @@ Results go to results/query-start.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -24,7 +23,7 @@ from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
-from .report import RESULTS
+from .report import percentile, save_json
 
 log = logging.getLogger("benchmarks.query_start")
 CASES = {"claims producer made during the join": True, "claims producer made at its first append": False}
@@ -65,16 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nA query's start on the driver (initialOffset + first latestOffset), ms over {args.repeats} queries "
           "each, alternated, same broker:")
     print(f"  {'':<42} {'median':>7} {'p90':>7} {'max':>7}")
-    summary = {}
-    for case, values in results.items():
-        ordered = sorted(values)
-        summary[case] = {"median_ms": round(statistics.median(values), 1),
-                         "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
-                         "max_ms": round(max(values), 1), "runs_ms": [round(v, 1) for v in values]}
-        print(f"  {case:<42} {summary[case]['median_ms']:>7.1f} {summary[case]['p90_ms']:>7.1f} "
-              f"{summary[case]['max_ms']:>7.1f}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "query-start.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = {case: {"median_ms": round(statistics.median(values), 1), "p90_ms": round(percentile(values, 0.9), 1),
+                      "max_ms": round(max(values), 1), "runs_ms": [round(v, 1) for v in values]}
+               for case, values in results.items()}
+    for case, figures in summary.items():
+        print(f"  {case:<42} {figures['median_ms']:>7.1f} {figures['p90_ms']:>7.1f} {figures['max_ms']:>7.1f}")
+    save_json("query-start", summary)
     return 0
 
 

@@ -44,6 +44,14 @@ def versions() -> dict:
             "eos_kafka": importlib.metadata.version("pyspark-eos-kafka")}
 
 
+def save_json(name: str, data) -> Path:
+    """One tool's results as results/<name>.json."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
