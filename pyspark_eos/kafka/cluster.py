@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 UNREACHABLE_CODES = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN})
 
 
-def unreachable_error(servers: str, timeout_s: float) -> KafkaClientError:
+def unreachable_error(servers: str, timeout_s: float, bound_by: str = "option connectTimeoutMs") -> KafkaClientError:
     return KafkaClientError(
-        f"no Kafka broker answered at {servers} within {timeout_s:g} s (option connectTimeoutMs); check the "
+        f"no Kafka broker answered at {servers} within {timeout_s:g} s ({bound_by}); check the "
         "address and port, the broker's advertised listeners, and the TLS/SASL settings (kafka.security.protocol, "
         "kafka.sasl.mechanism, kafka.ssl.ca.location, ...)"
     )
@@ -57,14 +57,15 @@ def connected(producer, servers: str, timeout_s: float, topic: str | None = None
     return producer
 
 
-def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str | None = None) -> ClusterMetadata:
-    """``list_topics`` as a query's first request to the cluster: when no broker answers within
-    ``timeout_s``, the error says so and what to check."""
+def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str | None = None,
+                  bound_by: str = "option connectTimeoutMs") -> ClusterMetadata:
+    """``list_topics`` as a query's (or a command's) first request to the cluster: when no broker
+    answers within ``timeout_s``, the error says so, what set that bound, and what to check."""
     try:
         return list_topics(admin, servers, timeout_s, topic)
     except KafkaClientError as error:
         if error_code(error.__cause__) in UNREACHABLE_CODES:
-            raise unreachable_error(servers, timeout_s) from error.__cause__
+            raise unreachable_error(servers, timeout_s, bound_by) from error.__cause__
         raise
 
 

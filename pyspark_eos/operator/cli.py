@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigurationError, EosKafkaError, KafkaClientError
 from .abort_lingering import abort_lingering
-from .status import ClusterAccess, gather, render
+from .status import CONNECT_TIMEOUT_S, ClusterAccess, gather, render
 
 DEFAULT_OLDER_THAN_S = 60.0
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        access = ClusterAccess(arguments.bootstrap_servers, _client_config(arguments))
+        access = ClusterAccess(arguments.bootstrap_servers, _client_config(arguments), _connect_timeout(arguments))
         status = gather(access, arguments.group, arguments.transactional_id_prefix, tuple(getattr(arguments, "topic", None) or ()))
         if arguments.command == "status":
             print(status.to_json() if arguments.json else render(status))
@@ -69,10 +69,19 @@ def _common_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("-X", "--config", action="append", metavar="KEY=VALUE",
                          help="a Kafka client setting, as the connector's kafka.KEY options (security.protocol, "
                               "sasl.mechanism, ssl.ca.location, ...); repeatable")
+    command.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT_S, metavar="SECONDS",
+                         help="how long to wait for a broker at --bootstrap-servers to answer the first request "
+                              f"(default {CONNECT_TIMEOUT_S:.0f})")
     command.add_argument("--config-file", type=Path, metavar="FILE",
                          help="Kafka client settings, one KEY=VALUE per line (# comments)")
     command.add_argument("--json", action="store_true", help="machine-readable output")
     command.add_argument("--verbose", action="store_true", help="log what is read")
+
+
+def _connect_timeout(arguments: argparse.Namespace) -> float:
+    if not arguments.connect_timeout > 0:
+        raise ConfigurationError(f"--connect-timeout must be more than 0 seconds, not {arguments.connect_timeout:g}")
+    return arguments.connect_timeout
 
 
 def _client_config(arguments: argparse.Namespace) -> dict[str, str]:

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLev
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import KafkaClientError
+from ..kafka.cluster import first_contact
 from ..kafka.group_offsets import fetch_committed_once
 from . import coordinator_records as records
 
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 TRANSACTION_LOG = "__transaction_state"
 GROUP_LOG = "__consumer_offsets"
 REQUEST_TIMEOUT_S = 30.0
+# How long the first request waits for a broker to answer: librdkafka retries a refused
+# connection until a request's own timeout, so a wrong address would otherwise take 30 s to say so.
+CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class ClusterAccess:
 
     bootstrap_servers: str
     config: dict[str, str] = field(default_factory=dict)
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
 
     def client_config(self) -> dict[str, str]:
         return {**self.config, "bootstrap.servers": self.bootstrap_servers}
@@ -92,6 +97,7 @@ class ClusterAccess:
 def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eos-kafka",
            topics: tuple[str, ...] = ()) -> GroupStatus:
     admin = AdminClient(access.client_config())
+    first_contact(admin, access.bootstrap_servers, access.connect_timeout_s, bound_by="--connect-timeout")
     description = _describe_group(admin, group, access)
     members = [_member(member) for member in description.members]
     notes: list[str] = []
