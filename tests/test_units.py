@@ -79,3 +79,22 @@ def test_a_call_with_a_deadline_returns_raises_or_is_given_up():
     with pytest.raises(DeadlineExceeded, match="stuck call did not return in 0 s"):
         call_with_deadline(never.wait, 0.2, "stuck call")
     never.set()
+
+
+def test_a_worker_freezes_its_objects_again_only_after_it_imported_modules(monkeypatch):
+    import sys
+    import types
+
+    from pyspark_eos.kafka import worker_gc
+
+    freezes = []
+    monkeypatch.setattr(worker_gc.gc, "freeze", lambda: freezes.append(len(sys.modules)))
+    monkeypatch.setattr(worker_gc, "_frozen", None)
+    worker_gc.freeze_long_lived_objects()  # a worker's first task
+    worker_gc.freeze_long_lived_objects()  # nothing imported since: the task's own objects stay collectable
+    assert len(freezes) == 1
+    # PySpark imports pandas during a worker's first task, after that task froze.
+    monkeypatch.setitem(sys.modules, "late_import_in_a_task", types.ModuleType("late_import_in_a_task"))
+    worker_gc.freeze_long_lived_objects()
+    worker_gc.freeze_long_lived_objects()
+    assert len(freezes) == 2
