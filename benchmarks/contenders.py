@@ -30,7 +30,7 @@ from pyspark_eos.testing.local_spark import executor_local_dirs, jars_not_in_spa
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.testing.output_check import last_stable_offsets
 
-from .workload import count_committed, unique, write_input
+from .workload import busy_fraction, count_committed, cpu_times, unique, write_input
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +170,15 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
               .trigger(availableNow=True))
     for key, value in options.items():
         writer = writer.option(key, value)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_times()
     query = writer.start()
     query.awaitTermination()
-    seconds = time.perf_counter() - started
+    seconds, busy = time.perf_counter() - started, busy_fraction(cpu, cpu_times())
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     batches = [p["durationMs"]["triggerExecution"] for p in progress]
     return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions), batches,
-               {"batches": len(batches), "phases_ms": phase_medians([p["durationMs"] for p in progress]),
+               {"batches": len(batches), "cpu_busy": busy,
+                "phases_ms": phase_medians([p["durationMs"] for p in progress]),
                 "batch_phases_ms": [p["durationMs"] for p in progress]})
 
 

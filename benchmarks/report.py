@@ -70,6 +70,10 @@ def summarize(part: str, case: dict, runs: list[Run]) -> dict:
         "batch_p50_ms": percentile(batches, 0.5), "batch_p99_ms": percentile(batches, 0.99),
         # A query's start (group join, each worker's first clients) shows in its first batch.
         "first_batch_ms": _median_first([r.extra.get("warm_up_batch_ms") or r.batch_ms for r in runs]),
+        # How busy the machine's cores were during the runs (every process): a pipeline that keeps
+        # them busy is paced by its CPU per record, one that does not by its stages waiting.
+        "cores_busy": (statistics.median(r.extra["cpu_busy"] for r in runs)
+                       if all("cpu_busy" in r.extra for r in runs) else None),
         "records_out": [r.records_out for r in runs],
         "extra": [r.extra for r in runs],
     }
@@ -97,7 +101,7 @@ def print_phases(rows: list[dict]) -> None:
 def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> None:
     print(f"\n{title}")
     header = [*case_keys, "contender", "records/s", "vs eos-kafka", "p50 batch ms", "p99 batch ms", "1st batch ms",
-              "out ok"]
+              "cores busy", "out ok"]
     print("  ".join(f"{h:>14}" for h in header))
     for row in rows:
         reference = next((r for r in rows if r["contender"] == "eos-kafka"
@@ -106,8 +110,12 @@ def print_table(title: str, rows: list[dict], case_keys: tuple[str, ...]) -> Non
         ratio = row["median_records_per_s"] / base if base else None
         cells = [*(row[k] for k in case_keys), row["contender"], f"{row['median_records_per_s']:,.0f}",
                  f"{ratio:.2f}x" if ratio else "-", ms(row["batch_p50_ms"]), ms(row["batch_p99_ms"]),
-                 ms(row.get("first_batch_ms")), output_ok(row)]
+                 ms(row.get("first_batch_ms")), _percent(row.get("cores_busy")), output_ok(row)]
         print("  ".join(f"{str(c):>14}" for c in cells))
+
+
+def _percent(fraction: float | None) -> str:
+    return f"{fraction:.0%}" if fraction is not None else "-"
 
 
 def ms(value: float | None) -> str:

@@ -104,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         speed = statistics.median(r.records_per_second for r in done)
         # Batches after each run's first (the query's start): steadier between runs than records/s.
         steady = statistics.median(ms for r in done for ms in r.batch_ms[1:] or r.batch_ms)
+        later = contenders.phase_medians([phases for r in done for phases in r.extra["batch_phases_ms"][1:]])
         print(f"{name:>24} {speed:>10,.0f} records/s {speed / spark:>6.2f}x spark-kafka   "
-              f"later batches p50 {steady:,.0f} ms   out ok: {all(r.records_out == args.records for r in done)}")
+              f"later batches p50 {steady:,.0f} ms   cores busy {statistics.median(r.extra['cpu_busy'] for r in done):.0%}   "
+              f"out ok: {all(r.records_out == args.records for r in done)}\n"
+              f"{'':>24} later batches' phases p50: " + ", ".join(f"{k} {v:,.0f}" for k, v in later.items()))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from pathlib import Path
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -113,3 +114,15 @@ def count_committed(bootstrap: str, topic: str, partitions: int, timeout: float 
     finally:
         consumer.close()
     return counted
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, all) clock ticks of the whole machine so far, from /proc/stat: two readings give how
+    busy its cores were in between, every process counted (the broker, the JVM, Python workers)."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
+    return (after[0] - before[0]) / max(1, after[1] - before[1])
