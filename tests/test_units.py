@@ -98,3 +98,8 @@ def test_a_worker_freezes_its_objects_again_only_after_it_imported_modules(monke
     worker_gc.freeze_long_lived_objects()
     worker_gc.freeze_long_lived_objects()
     assert len(freezes) == 2
+    # A library that added a module per task would freeze each task's objects: a few times at most.
+    for task in range(10):
+        monkeypatch.setitem(sys.modules, f"module_of_task_{task}", types.ModuleType(f"module_of_task_{task}"))
+        worker_gc.freeze_long_lived_objects()
+    assert len(freezes) == worker_gc._MOST_FREEZES
