@@ -328,3 +328,33 @@ def test_a_progress_groups_metadata_is_a_memberless_consumers():
 
     metadata = group_metadata("eos-kafka.progress.q.0", "127.0.0.1:9", {})
     assert parse_group_metadata(metadata) == (-1, "eos-kafka.progress.q.0", "", None)
+
+
+def test_a_claims_producer_that_failed_in_the_background_fails_the_first_append_with_its_cause(monkeypatch):
+    import time
+
+    from pyspark_eos.errors import KafkaClientError
+    from pyspark_eos.sink import attempt_fencing
+
+    causes = iter([KafkaClientError("the claims topic may not be created: the principal lacks CREATE"),
+                   KafkaClientError("tried again")])
+    tries = []
+
+    def refused(*args):
+        tries.append(args)
+        raise next(causes)
+
+    monkeypatch.setattr(attempt_fencing, "ensure_claims_topic", refused)
+    claims = attempt_fencing.ClaimsLog("127.0.0.1:9", {}, "claims")
+    claims.prepare()
+    deadline = time.monotonic() + 10
+    while claims._prepare_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # The first append (in the group's join) raises the background attempt's cause instead of
+    # spending another request timeout; a later append tries again.
+    with pytest.raises(KafkaClientError, match="lacks CREATE"):
+        claims.record_stamp(None)
+    assert len(tries) == 1
+    with pytest.raises(KafkaClientError, match="tried again"):
+        claims.record_stamp(None)
+    assert len(tries) == 2

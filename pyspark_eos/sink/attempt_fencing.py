@@ -156,6 +156,7 @@ class ClaimsLog:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()  # planning and the group membership's thread both append
+        self._prepare_error: Exception | None = None  # prepare()'s failure, for the first append to raise
 
     def open_plan(self, group_id: str, lookback_ms: int | None = None) -> FencingPlan:
         """Append a plan record; with ``lookback_ms`` its attempts also read the claims appended
@@ -189,10 +190,15 @@ class ClaimsLog:
         threading.Thread(target=self._prepare_quietly, name="eos-kafka-claims-producer", daemon=True).start()
 
     def _prepare_quietly(self) -> None:
-        try:
-            self._ready_producer()
-        except Exception as error:  # noqa: BLE001 - the first append makes it again, and raises
-            log.debug("making the claims producer ahead of its first append failed: %s", error)
+        with self._lock:
+            try:
+                self._make_producer()
+            except Exception as error:  # noqa: BLE001 - the first append raises it
+                # Kept for the first append rather than tried again there: each try can take the
+                # request timeout twice over, and the first append runs in the group's join, whose
+                # timeout would then fail the query with a message about the group, not the cause.
+                log.warning("making the claims producer for %s failed: %s", self.topic, error)
+                self._prepare_error = error
 
     def record_stamp(self, stamp: GroupStamp) -> None:
         """Append a new generation's stamp: tasks of a plan stamped with an older generation of the
@@ -203,11 +209,17 @@ class ClaimsLog:
 
     def _ready_producer(self) -> Producer:
         with self._lock:
-            if self._producer is None:
-                ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
-                self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
-                                           self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
-            return self._producer
+            failed, self._prepare_error = self._prepare_error, None
+            if failed is not None and self._producer is None:
+                raise failed  # once: a later append tries again
+            return self._make_producer()
+
+    def _make_producer(self) -> Producer:
+        if self._producer is None:
+            ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
+            self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
+                                       self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
+        return self._producer
 
 
 def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str) -> None:
