@@ -179,10 +179,11 @@ def test_status_of_an_unreachable_cluster_says_what_to_check_within_the_connect_
     assert time.monotonic() - started < 25
 
 
-def test_a_connect_timeout_that_is_not_positive_is_refused():
-    result = run_cli("127.0.0.1:1", "abort-lingering", "--group", "g", "--connect-timeout", "0", check=False)
+@pytest.mark.parametrize("timeout", ["0", "inf"])
+def test_a_connect_timeout_that_is_not_a_positive_number_of_seconds_is_refused(timeout):
+    result = run_cli("127.0.0.1:1", "abort-lingering", "--group", "g", "--connect-timeout", timeout, check=False)
     assert result.returncode == 2
-    assert "--connect-timeout must be more than 0 seconds, not 0" in result.stderr
+    assert f"--connect-timeout must be a number of seconds more than 0, not {timeout}" in result.stderr
 
 
 def test_coordinator_partitions_follow_javas_string_hash():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import logging
 import sys
@@ -79,8 +80,9 @@ def _common_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _connect_timeout(arguments: argparse.Namespace) -> float:
-    if not arguments.connect_timeout > 0:
-        raise ConfigurationError(f"--connect-timeout must be more than 0 seconds, not {arguments.connect_timeout:g}")
+    if not 0 < arguments.connect_timeout < math.inf:
+        raise ConfigurationError(f"--connect-timeout must be a number of seconds more than 0, not "
+                                 f"{arguments.connect_timeout:g}")
     return arguments.connect_timeout
 
 
