@@ -76,7 +76,7 @@ class _Reader(DataSourceReader):
         return [InputPartition(task) for task in range(self.tasks)]
 
     def read(self, partition):
-        per_task = self.records // self.tasks
+        per_task = self.records // self.tasks + (self.records % self.tasks if partition.value == self.tasks - 1 else 0)
         batch = _batch(min(BATCH, per_task), self.size, partition.value)
         for start in range(0, per_task, BATCH):
             yield batch.slice(0, min(BATCH, per_task - start))

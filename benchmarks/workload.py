@@ -119,9 +119,12 @@ def count_committed(bootstrap: str, topic: str, partitions: int, timeout: float 
 def cpu_times() -> tuple[int, int]:
     """(busy, all) clock ticks of the whole machine so far, from /proc/stat: two readings give how
     busy its cores were in between, every process counted (the broker, the JVM, Python workers)."""
-    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return sum(fields) - idle, sum(fields)
+    # user nice system idle iowait irq softirq steal; guest time is inside user and nice already,
+    # and stolen time was no core of this machine's.
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait
 
 
 def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
