@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 import json
 import logging
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path

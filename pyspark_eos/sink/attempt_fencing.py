@@ -214,7 +214,7 @@ class ClaimsLog:
                 raise failed  # once: a later append tries again
             return self._make_producer()
 
-    def _make_producer(self) -> Producer:
+    def _make_producer(self) -> Producer:  # with self._lock held
         if self._producer is None:
             ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
             self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
