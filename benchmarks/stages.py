@@ -12,7 +12,7 @@ Arrow writer that only counts: the writer's hand-off without Kafka), ``noop`` (S
     .venv/bin/python -m benchmarks.stages --size 1000 --records 1000000 --repeats 3 \\
         --paths "python -> python,eos-kafka -> noop,kafka -> noop,spark -> eos-kafka,spark -> kafka"
     .venv/bin/python -m benchmarks.stages --paths "python -> python" \\
-        --variant bigger-buffer spark.sql.execution.pandas.udf.buffer.size=4194304
+        --variant bigger-buffer conf.spark.sql.execution.pandas.udf.buffer.size=4194304
 
 A variant's Spark settings hold for its runs only. Every run's output in Kafka is counted; the
 Kafka sources read an input topic of ``--partitions`` partitions written once.
@@ -36,7 +36,7 @@ from pyspark_eos.kafka.schema import arrow_schema, kafka_schema
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders
-from .variants import session_conf
+from .variants import parse_variant, session_conf
 from .workload import busy_fraction, count_committed, cpu_times, unique, write_input
 
 log = logging.getLogger("benchmarks.stages")
@@ -143,9 +143,11 @@ def _path(text: str) -> str:
 
 
 def _variant(name: str, settings: list[str]) -> tuple[str, dict]:
-    if not all("=" in setting for setting in settings):
-        raise SystemExit(f"variant {name}: settings are <Spark setting>=<value>, got {settings}")
-    return name, dict(setting.split("=", 1) for setting in settings)
+    """A variant's ``conf.<Spark setting>=<value>`` settings, spelled as the variants tool's."""
+    name, source, sink, conf = parse_variant(name, settings)
+    if source or sink:
+        raise SystemExit(f"variant {name}: a path's variant takes conf.<Spark setting>=<value> settings only")
+    return name, conf
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=["python -> python", "python -> noop", "spark -> python", "spark -> noop"],
                         help="comma-separated SOURCE -> SINK paths")
     parser.add_argument("--variant", nargs="+", action="append", default=[], metavar=("NAME", "SETTING"),
-                        help="a name, then <Spark setting>=<value> settings for that variant's runs of every path")
+                        help="a name, then conf.<Spark setting>=<value> settings for that variant's runs of every path")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session")
     args = parser.parse_args(argv)
