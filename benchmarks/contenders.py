@@ -30,7 +30,7 @@ from pyspark_eos.testing.local_spark import executor_local_dirs, jars_not_in_spa
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.testing.output_check import last_stable_offsets
 
-from .workload import busy_fraction, count_committed, cpu_times, unique, write_input
+from .workload import busy_fraction, count_committed, cpu_times, process_cpu_seconds, unique, write_input
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +170,20 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
               .trigger(availableNow=True))
     for key, value in options.items():
         writer = writer.option(key, value)
-    started, cpu = time.perf_counter(), cpu_times()
+    jvm = ground.jvm_pid
+    started, cpu, by_process = time.perf_counter(), cpu_times(), process_cpu_seconds(jvm)
     query = writer.start()
     query.awaitTermination()
     seconds, busy = time.perf_counter() - started, busy_fraction(cpu, cpu_times())
-    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    cpu_s = {group: spent - by_process[group] for group, spent in process_cpu_seconds(jvm).items()}
+    every = query.recentProgress
+    progress = [p for p in every if p["numInputRows"] > 0]
     batches = [p["durationMs"]["triggerExecution"] for p in progress]
+    # The run's time that no batch accounts for: starting and stopping the query (its source's and
+    # sink's set-up and close among them), and the empty batch that ends an AvailableNow run.
+    outside = seconds * 1000 - sum(p["durationMs"].get("triggerExecution", 0) for p in every)
     return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions), batches,
-               {"batches": len(batches), "cpu_busy": busy,
+               {"batches": len(batches), "cpu_busy": busy, "outside_batches_ms": round(outside), "cpu_s": cpu_s,
                 "phases_ms": phase_medians([p["durationMs"] for p in progress]),
                 "batch_phases_ms": [p["durationMs"] for p in progress]})
 

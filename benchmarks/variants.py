@@ -101,15 +101,27 @@ def main(argv: list[str] | None = None) -> int:
     spark = statistics.median(r.records_per_second for r in runs["spark-kafka"])
     print(f"\n{args.records} records of {args.size} B, batches of {args.batch}, medians of {args.repeats}")
     for name, done in runs.items():
-        speed = statistics.median(r.records_per_second for r in done)
-        # Batches after each run's first (the query's start): steadier between runs than records/s.
-        steady = statistics.median(ms for r in done for ms in r.batch_ms[1:] or r.batch_ms)
-        later = contenders.phase_medians([phases for r in done for phases in r.extra["batch_phases_ms"][1:]])
-        print(f"{name:>24} {speed:>10,.0f} records/s {speed / spark:>6.2f}x spark-kafka   "
-              f"later batches p50 {steady:,.0f} ms   cores busy {statistics.median(r.extra['cpu_busy'] for r in done):.0%}   "
-              f"out ok: {all(r.records_out == args.records for r in done)}\n"
-              f"{'':>24} later batches' phases p50: " + ", ".join(f"{k} {v:,.0f}" for k, v in later.items()))
+        print_contender(name, done, spark, args.records)
     return 0
+
+
+def print_contender(name: str, done: list, spark: float, records: int) -> None:
+    """One contender's medians: throughput against Spark's connector, the later batches (after each
+    run's first, the query's start: steadier between runs than records/s) and their phases, the
+    run's time outside batches (the query's start and stop), and CPU per record by process group."""
+    speed = statistics.median(r.records_per_second for r in done)
+    steady = statistics.median(ms for r in done for ms in r.batch_ms[1:] or r.batch_ms)
+    later = contenders.phase_medians([phases for r in done for phases in r.extra["batch_phases_ms"][1:]])
+    outside = statistics.median(r.extra["outside_batches_ms"] for r in done)
+    busy = statistics.median(r.extra["cpu_busy"] for r in done)
+    cpu_us = {group: statistics.median(r.extra["cpu_s"][group] for r in done) / records * 1e6
+              for group in done[0].extra["cpu_s"]}
+    print(f"{name:>24} {speed:>10,.0f} records/s {speed / spark:>6.2f}x spark-kafka   later batches p50 {steady:,.0f} ms"
+          f"   outside batches {outside:,.0f} ms   cores busy {busy:.0%}   "
+          f"out ok: {all(r.records_out == records for r in done)}")
+    print(f"{'':>24} later batches' phases p50: " + ", ".join(f"{k} {v:,.0f}" for k, v in later.items()))
+    print(f"{'':>24} CPU per record: " + ", ".join(f"{group} {us:.1f} us" for group, us in cpu_us.items())
+          + f" (total {sum(cpu_us.values()):.1f} us)")
 
 
 if __name__ == "__main__":

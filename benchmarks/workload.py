@@ -8,6 +8,7 @@ instead of passing for fast.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from pyspark_eos.testing.output_check import last_stable_offsets
+from pyspark_eos.testing.processes import PROC, python_descendants
 
 log = logging.getLogger(__name__)
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -129,3 +132,38 @@ def cpu_times() -> tuple[int, int]:
 
 def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[0] - before[0]) / max(1, after[1] - before[1])
+
+
+def process_cpu_seconds(jvm_pid: int) -> dict[str, float]:
+    """CPU seconds so far of a run's processes, by group: ``spark jvm``; ``python``, the Spark JVM's
+    Python processes (task workers, the Python sources' and sinks' driver-side runners), with the
+    time of those that exited, which their parents hold as waited-for children's; ``kafka broker``;
+    ``benchmark``, this process (the driver's Python side)."""
+    own, waited = _stat_seconds(jvm_pid)
+    groups = {"spark jvm": own, "python": waited, "kafka broker": 0.0, "benchmark": _stat_seconds(os.getpid())[0]}
+    for pid in python_descendants(jvm_pid):
+        groups["python"] += sum(_stat_seconds(pid))
+    for pid in _kafka_brokers():
+        groups["kafka broker"] += _stat_seconds(pid)[0]
+    return groups
+
+
+def _stat_seconds(pid: int) -> tuple[float, float]:
+    """(own, waited-for children's) user + system CPU seconds of ``pid``; zeros once it is gone."""
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return (utime + stime) / _TICKS, (cutime + cstime) / _TICKS
+
+
+def _kafka_brokers() -> list[int]:
+    found = []
+    for entry in PROC.iterdir():
+        try:
+            if entry.name.isdigit() and b"\0kafka.Kafka\0" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
