@@ -5,7 +5,8 @@ import pytest
 
 from pyspark_eos.errors import DataLossError
 from pyspark_eos.source.offset_planning import OffsetRange
-from pyspark_eos.source.partition_reader import ReaderSettings, consumer_config, read_range, read_ranges
+from pyspark_eos.source.partition_reader import (PREFETCH_RECORDS, ReaderSettings, _with_prefetch, consumer_config,
+                                                 read_range, read_ranges)
 
 from .kafka_tools import create_topic, mixed_transactions, read_committed, unique_name, write_transactions
 
@@ -94,3 +95,13 @@ def test_a_tasks_range_removed_by_retention_is_skipped_without_data_loss_checks_
     ranges = (OffsetRange(topic, 0, 0, 3), OffsetRange(topic, 1, 0, 4))
     batches = list(read_ranges(ranges, settings(kafka, fail_on_data_loss=False)))
     assert [row["value"] for batch in batches for row in batch.to_pylist()] == [b"p1-0", b"p1-1", b"p1-2"]
+
+
+def test_a_tasks_consumer_prefetches_what_its_ranges_hold_at_most_ten_thousand_records_a_partition():
+    config = consumer_config("127.0.0.1:9092", {}, None)
+    ranges = [OffsetRange("t", 0, 100, 350), OffsetRange("t", 1, 0, 40)]
+    assert _with_prefetch(config, ranges)["queued.min.messages"] == "250"
+    assert _with_prefetch(config, [OffsetRange("t", 0, 0, 10**6)])["queued.min.messages"] == str(PREFETCH_RECORDS)
+    assert _with_prefetch(config, [])["queued.min.messages"] == "1"
+    chosen = consumer_config("127.0.0.1:9092", {"queued.min.messages": "500000"}, None)
+    assert _with_prefetch(chosen, ranges)["queued.min.messages"] == "500000"
