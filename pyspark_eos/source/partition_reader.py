@@ -26,7 +26,7 @@ _TIMESTAMP_TYPES = {1: 0, 2: 1}
 
 
 # At most this many records of a partition wait fetched in a task's consumer: enough to keep the
-# task busy while librdkafka fetches more (10,000 records of 100 B take some 50 ms to read), and
+# task busy while librdkafka fetches more (10,000 records of 100 B are tens of ms of reading), and
 # what a task may fetch past the end of its ranges.
 PREFETCH_RECORDS = 10_000
 
@@ -122,7 +122,7 @@ def _with_prefetch(config: dict[str, str], ranges) -> dict[str, str]:
     librdkafka keeps fetching a partition until 100,000 of its records (or 64 MiB) wait in the
     consumer's queue, and knows nothing of a range's end: while the task's Python side worked
     through its ranges, its consumer fetched and parsed records past them, which the next batch's
-    task fetched again. Sized to the ranges, a 1-KB copy took 16 us of CPU a record instead of 19
+    task fetched again. Sized to the ranges, a 1-KB copy took 17 us of CPU a record instead of 19
     (benchmarks/README.md)."""
     largest = max((r.end - r.start for r in ranges), default=1)
     return {"queued.min.messages": str(max(1, min(largest, PREFETCH_RECORDS))), **config}
