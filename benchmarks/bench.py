@@ -55,10 +55,12 @@ def prepared_input(ground: contenders.Ground, records: int, size: int, partition
 
 
 # Spark stops a Python worker idle for a minute (PythonWorkerFactory, not configurable): the Spark
-# contenders' repeats run one after another, and the contenders outside Spark after them, so that
-# every Spark run finds the warm workers the unmeasured warm-up copy started, as its JVM code is
-# warm. (Between the copier's and the Python loop's runs eos-kafka's workers were stopped, and each
-# of its repeats paid for new workers in its first batch; benchmarks/first_batch.py measures that.)
+# contenders' repeats run one after another, after an unmeasured warm-up copy of their own, and
+# the contenders outside Spark after them, so that every Spark run finds warm workers, as its JVM
+# code is warm. (Between the copier's and the Python loop's runs eos-kafka's workers were stopped,
+# and each of its repeats paid for new workers in its first batch; benchmarks/first_batch.py
+# measures that. The session's first warm-up alone left the second record size's first repeat
+# with new workers, after the first size's copier and Python loop had run for minutes.)
 SPARK_COPY_CONTENDERS = ("eos-kafka", "eos-kafka at-least-once", "spark-kafka")
 
 
@@ -68,6 +70,7 @@ def copy_part(ground, scale: Scale) -> list[dict]:
         source = prepared_input(ground, records, size, scale.partitions)
         runs: dict[str, list] = {name: [] for name in COPY_CONTENDERS}
         outside_spark = [name for name in COPY_CONTENDERS if name not in SPARK_COPY_CONTENDERS]
+        contenders.warm_up(ground)
         for names in (SPARK_COPY_CONTENDERS, outside_spark):
             for repeat in range(scale.repeats):
                 for name in names:
