@@ -183,10 +183,8 @@ class ClaimsLog:
     def prepare(self) -> None:
         """Make the producer now, in the background: the membership's first stamp is appended once
         the group join ends, and a producer made then spent 60-150 ms on the claims topic and its
-        metadata on that path, and now and then 500 ms more waiting for its producer id (librdkafka
-        drops the bootstrap connection that answered ``connected``'s request, finds no broker up for
-        the producer-id request and retries only on a 500 ms timer). Made here, it does both while
-        the group is joined (benchmarks/query_start.py)."""
+        metadata on that path. Made here, it does both while the group is joined
+        (benchmarks/query_start.py)."""
         threading.Thread(target=self._prepare_quietly, name="eos-kafka-claims-producer", daemon=True).start()
 
     def _prepare_quietly(self) -> None:
@@ -217,7 +215,7 @@ class ClaimsLog:
     def _make_producer(self) -> Producer:  # with self._lock held
         if self._producer is None:
             ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
-            self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
+            self._producer = connected(marker_producer(self.bootstrap_servers, self.kafka_params),
                                        self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
         return self._producer
 
@@ -255,6 +253,18 @@ def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Pro
     # Not transactional: a claim must be visible to every other attempt the moment it is acknowledged.
     return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
                      "enable.idempotence": True, "linger.ms": 0})
+
+
+def marker_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
+    """The driver's producer of plan records and generation stamps: markers, which a retry may
+    write twice without harm (a plan's epoch is the offset its append reports, and a second
+    copy of a stamp names the same generation), so it needs no producer id. An idempotent
+    producer's first record waits for one, and librdkafka, when it asked while no broker
+    connection was up (its bootstrap connection just dropped for the broker's own), asks again
+    only on a 500 ms timer: a query's first batch waited that long in about half of the runs
+    (benchmarks/README.md). One request in flight keeps the appends in the order they were made."""
+    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
+                     "enable.idempotence": False, "max.in.flight.requests.per.connection": 1, "linger.ms": 0})
 
 
 def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
