@@ -103,6 +103,23 @@ def test_a_later_plan_is_newer_whatever_the_task_attempt_ids(ground):
         ground.claim(old_run, 501, unique_name("old-run"))
 
 
+def test_a_plan_record_a_retry_wrote_twice_orders_the_attempts_of_its_batch_as_one(ground):
+    # The driver appends plan records without idempotence (marker_producer): a retry whose first
+    # copy was written but not acknowledged leaves that copy just before the acknowledged one,
+    # whose offset is the plan's epoch. The first copy is no plan of any task.
+    ground.plan()  # the unacknowledged copy
+    plan = ground.plan()
+    older_id = unique_name("older")
+    older = ground.open_transaction(older_id)
+    ground.claim(plan, 5, older_id)
+    ground.claim(plan, 6, unique_name("newer"))
+    with pytest.raises(KafkaException) as fenced:
+        older.commit_transaction(30)
+    assert _fatal(fenced.value)
+    with pytest.raises(StaleAttemptError):
+        ground.claim(plan, 4, unique_name("oldest"))
+
+
 def test_a_progress_plan_fences_an_attempt_of_an_earlier_run_that_claimed_before_the_plan(ground):
     # Progress records (a sink without kafka.group.id) have no group generation to fence an
     # earlier run of the query: an attempt that claimed, then stalled while the query was restarted
