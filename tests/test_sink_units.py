@@ -27,7 +27,7 @@ def test_sink_options_defaults_and_refusals():
     options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.group.id": "g"})
     assert options.commits_input_offsets and options.transactional_id_prefix == "eos-kafka"
     assert options.transaction_timeout_ms == 60000 and options.stable_offsets_timeout_ms == 90000
-    for key in ("kafka.transactional.id", "kafka.enable.idempotence", "kafka.acks"):
+    for key in ("kafka.transactional.id", "kafka.enable.idempotence", "kafka.acks", "kafka.enable.gapless.guarantee"):
         with pytest.raises(ConfigurationError, match=f"option {key} is not supported by the eos-kafka sink"):
             SinkOptions.parse({"kafka.bootstrap.servers": "h:1", key: "x"})
     with pytest.raises(ConfigurationError, match="unknown option"):
@@ -105,8 +105,6 @@ def test_commit_plan_needs_provenance_and_one_group():
 
 def test_kafka_settings_are_judged_as_for_the_sinks_transactional_producer(caplog):
     base = {"kafka.bootstrap.servers": "h:1", "topic": "t"}
-    # Valid only with idempotence, which a transactional producer has.
-    assert SinkOptions.parse({**base, "kafka.enable.gapless.guarantee": "true"}).kafka
     with pytest.raises(ConfigurationError, match="queuing.strategy"):  # refused by a transactional producer
         SinkOptions.parse({**base, "kafka.queuing.strategy": "lifo"})
     # A certificate shipped to the executors only: the driver cannot judge it and says so.

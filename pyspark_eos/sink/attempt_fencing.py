@@ -86,7 +86,7 @@ class FencingPlan:
     """Stamped on every input partition of one plan: where that plan's claims start."""
 
     topic: str
-    epoch: int  # the offset of the plan's record in the claims topic
+    epoch: int  # the offset of the plan's record in the claims topic (its acknowledged copy's)
     # Where its attempts start reading claims, when that is before its own record: claims of an
     # earlier run that may still commit (progress plans, see the module's docstring).
     since: int | None = None
@@ -146,8 +146,9 @@ class Claim:
 # ------------------------------------------------------------------------------ driver side
 
 class ClaimsLog:
-    """The driver's end of the claims topic: creates it once, appends one plan record per plan and
-    one stamp record per generation of the group membership (sink/rebalance)."""
+    """The driver's end of the claims topic: creates it once, appends a plan record per plan and a
+    stamp record per generation of the group membership (sink/rebalance); a retry may write one
+    twice (marker_producer)."""
 
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str):
         self.bootstrap_servers = bootstrap_servers

@@ -31,6 +31,9 @@ _FORBIDDEN_SINK_KAFKA_PARAMS = {
     "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the executor and the slot",
     "enable.idempotence": "transactions need the idempotent producer; it is always on",
     "acks": "transactions need acks=all; it is always set",
+    "enable.gapless.guarantee": "a transaction that fails to deliver a record aborts as a whole, so there is no gap "
+                                "to guard against; librdkafka also refuses it for the sink's clients that are not "
+                                "idempotent producers",
 }
 
 
