@@ -197,4 +197,3 @@ def test_a_cluster_that_auto_creates_topics_still_gets_the_claims_topic_the_prot
         assert len(admin.list_topics(topic, timeout=30).topics[topic].partitions) == 1
         (configs,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
         assert configs.result(30)["retention.ms"].value == str(CLAIMS_RETENTION_MS)
-
