@@ -3,9 +3,8 @@ whose first generation is recorded on the claims topic, and the starting offsets
 ``latestOffset``, for new queries one after another, alternated against the same embedded broker:
 
 - the driver's claims producer made while the group is joined (``ClaimsLog.prepare``) and
-  without idempotence (``marker_producer``), as it runs;
-- the same producer idempotent (``claims_producer``, as the executors' claims use), whose first
-  append waits for a producer id;
+  without idempotence (``claims_producer``), as it runs;
+- the same producer idempotent, as it was before, whose first append waits for a producer id;
 - the idempotent producer made at its first append (``prepare`` switched off).
 
     .venv/bin/python -m benchmarks.query_start [--repeats N]
@@ -24,6 +23,8 @@ import uuid
 from pathlib import Path
 from unittest import mock
 
+from confluent_kafka import Producer
+
 from pyspark_eos.sink import attempt_fencing
 from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
 from pyspark_eos.source.options import SourceOptions
@@ -39,6 +40,11 @@ CASES = {"made during the join, not idempotent": (True, False), "made during the
 SLOW_MS = 400
 
 
+def _idempotent_claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
+    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
+                     "enable.idempotence": True, "linger.ms": 0})
+
+
 def _start_ms(bootstrap: str, topic: str, prepare: bool, idempotent: bool) -> float:
     options = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
                                    "kafka.group.id": f"start-{uuid.uuid4().hex}", "maxOffsetsPerTrigger": "1000"},
@@ -46,10 +52,10 @@ def _start_ms(bootstrap: str, topic: str, prepare: bool, idempotent: bool) -> fl
     stream = KafkaMicroBatchStream(options)
     if not prepare:
         stream.planner._claims.prepare = lambda: None
-    producer = attempt_fencing.claims_producer if idempotent else attempt_fencing.marker_producer
+    producer = _idempotent_claims_producer if idempotent else attempt_fencing.claims_producer
     started = time.perf_counter()
     try:
-        with mock.patch.object(attempt_fencing, "marker_producer", producer):
+        with mock.patch.object(attempt_fencing, "claims_producer", producer):
             start = stream.initialOffset()
             stream.latestOffset(start, stream.getDefaultReadLimit())
         return (time.perf_counter() - started) * 1000

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pyspark_eos.sink.attempt_fencing import ClaimsLog, FencingClients, claim_attempt
+from pyspark_eos.sink.attempt_fencing import CLAIM, AttemptEpoch, Claim, ClaimsLog, FencingClients, append, claim_attempt
 from pyspark_eos.errors import StaleAttemptError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
@@ -49,7 +49,7 @@ def _fatal(error: KafkaException) -> bool:
     return error.args[0].fatal()
 
 
-# The driver appends plan records without idempotence (marker_producer): a retry whose first copy
+# The driver appends plan records without idempotence (claims_producer): a retry whose first copy
 # was written but not acknowledged leaves that copy before the acknowledged one, whose offset is
 # the plan's epoch. The first copy is no task's plan.
 @pytest.mark.parametrize("copies_before", [0, 1], ids=["plan", "plan-written-twice"])
@@ -67,6 +67,21 @@ def test_a_newer_attempt_fences_the_older_attempts_open_transaction(ground, copi
         older.commit_transaction(30)
     assert _fatal(fenced.value), fenced.value
     assert read_committed(ground.bootstrap, ground.output) == []
+
+
+def test_a_claim_written_twice_by_a_retry_is_one_attempts_claim(ground):
+    # The claims producer is not idempotent (claims_producer): a retry whose first copy was written
+    # but not acknowledged leaves that copy before the acknowledged one. The attempt neither takes
+    # it for a newer attempt (refusing) nor for an older one (fencing its own id).
+    plan = ground.plan()
+    transactional_id = unique_name("attempt")
+    producer = ground.open_transaction(transactional_id)
+    first_copy = Claim(CLAIM, ground.group, frozenset(INPUT), AttemptEpoch(plan.epoch, 5), transactional_id,
+                       "task 0 (attempt 5)")
+    append(ground.clients.producer(), plan.topic, ground.group, first_copy.to_json())
+    ground.claim(plan, 5, transactional_id)
+    producer.commit_transaction(30)
+    assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [transactional_id.encode()]
 
 
 @pytest.mark.parametrize("memberships", [(), ("query-run-1",)], ids=["no-membership", "one-membership"])

@@ -148,7 +148,7 @@ class Claim:
 class ClaimsLog:
     """The driver's end of the claims topic: creates it once, appends a plan record per plan and a
     stamp record per generation of the group membership (sink/rebalance); a retry may write one
-    twice (marker_producer)."""
+    twice (claims_producer)."""
 
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str):
         self.bootstrap_servers = bootstrap_servers
@@ -216,7 +216,7 @@ class ClaimsLog:
     def _make_producer(self) -> Producer:  # with self._lock held
         if self._producer is None:
             ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
-            self._producer = connected(marker_producer(self.bootstrap_servers, self.kafka_params),
+            self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
                                        self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
         return self._producer
 
@@ -251,19 +251,20 @@ def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], to
 
 
 def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
-    # Not transactional: a claim must be visible to every other attempt the moment it is acknowledged.
-    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
-                     "enable.idempotence": True, "linger.ms": 0})
+    """The producer of the claims topic, on the driver (plan records, generation stamps) and on the
+    executors (claims, releases). Not transactional: a claim must be visible to every other
+    attempt the moment it is acknowledged.
 
-
-def marker_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
-    """The driver's producer of plan records and generation stamps: markers, which a retry may
-    write twice without harm (a plan's epoch is the offset its append reports, and a second
-    copy of a stamp names the same generation), so it needs no producer id. An idempotent
-    producer's first record waits for one, and librdkafka, when it asked while no broker
-    connection was up (its bootstrap connection just dropped for the broker's own), asks again
-    only on a 500 ms timer: a query's first batch waited that long in about half of the runs
-    (benchmarks/README.md). One request in flight keeps the appends in the order they were made."""
+    Not idempotent either: an idempotent producer's first record waits for a producer id, and
+    librdkafka, when it asked while no broker connection was up (its bootstrap connection just
+    dropped for the broker's own), asks again only on a 500 ms timer. A query's first batch waited
+    that long in about half of the runs on the driver, and a worker's first claim made right after
+    its producer always did (benchmarks/client_start.py). Without idempotence a retry may write a
+    record twice, which no reader minds: a plan's epoch is the offset its append reports; a second
+    stamp names the same generation; a second copy of a claim or release names the same attempt
+    (epoch and transactional id), and claims are taken by attempt, releases as a set. One request
+    in flight keeps each producer's appends in the order they were made (a release after its claim).
+    """
     return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
                      "enable.idempotence": False, "max.in.flight.requests.per.connection": 1, "linger.ms": 0})
 

@@ -82,11 +82,6 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions,
     """``progress``: the batch's plan record when the task commits its own progress (task_progress)."""
     freeze_long_lived_objects()
     close_idle_configurations(options)
-    if options.commits_input_offsets or progress is not None:
-        # An idempotent producer's first record waits some 500 ms for its producer id (librdkafka
-        # asks again on a 500 ms timer when no broker connection is up yet): made now, the claims
-        # producer gets its id while the transactional producer initializes and the input is read.
-        fencing_clients_for(options).producer()
     if options.transactional_id_per == ID_PER_PARTITION:
         return _write_with_partition_id(iter(records), options)
     return _write_in_leased_slot(records, options, progress)
