@@ -6,7 +6,8 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pyspark_eos.sink.attempt_fencing import CLAIM, AttemptEpoch, Claim, ClaimsLog, FencingClients, append, claim_attempt
+from pyspark_eos.sink.attempt_fencing import (CLAIM, AttemptEpoch, Claim, ClaimsLog, FencingClients, append,
+                                              claim_attempt)
 from pyspark_eos.errors import StaleAttemptError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
