@@ -23,13 +23,12 @@ import uuid
 from pathlib import Path
 from unittest import mock
 
-from confluent_kafka import Producer
-
 from pyspark_eos.sink import attempt_fencing
 from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
+from .client_start import idempotent_claims_producer
 from .report import percentile, save_json
 
 log = logging.getLogger("benchmarks.query_start")
@@ -40,11 +39,6 @@ CASES = {"made during the join, not idempotent": (True, False), "made during the
 SLOW_MS = 400
 
 
-def _idempotent_claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
-    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
-                     "enable.idempotence": True, "linger.ms": 0})
-
-
 def _start_ms(bootstrap: str, topic: str, prepare: bool, idempotent: bool) -> float:
     options = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
                                    "kafka.group.id": f"start-{uuid.uuid4().hex}", "maxOffsetsPerTrigger": "1000"},
@@ -52,7 +46,7 @@ def _start_ms(bootstrap: str, topic: str, prepare: bool, idempotent: bool) -> fl
     stream = KafkaMicroBatchStream(options)
     if not prepare:
         stream.planner._claims.prepare = lambda: None
-    producer = _idempotent_claims_producer if idempotent else attempt_fencing.claims_producer
+    producer = idempotent_claims_producer if idempotent else attempt_fencing.claims_producer
     started = time.perf_counter()
     try:
         with mock.patch.object(attempt_fencing, "claims_producer", producer):

@@ -65,6 +65,8 @@ def probe(from_zip: bool) -> dict:
     return json.loads(result.stdout)
 
 
+# case -> PySpark imported from Spark's zips
+CASES = {"pyspark.zip (as Spark starts it)": True, "installed package": False}
 _TIMES = ("runner_import_ms", "invalidate_caches_ms", "eos_import_ms")
 
 
@@ -84,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.runner_start", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
-    runs: dict[str, list[dict]] = {"pyspark.zip (as Spark starts it)": [], "installed package": []}
+    runs: dict[str, list[dict]] = {case: [] for case in CASES}
     for repeat in range(args.repeats):
-        for case, from_zip in (("pyspark.zip (as Spark starts it)", True), ("installed package", False)):
+        for case, from_zip in CASES.items():
             runs[case].append(probe(from_zip))
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
     summary = {case: _medians(results) for case, results in runs.items()}
