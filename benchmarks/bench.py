@@ -42,6 +42,7 @@ COPY_CONTENDERS = {
     "eos-kafka": contenders.eos_kafka_copy,
     "eos-kafka at-least-once": contenders.eos_kafka_at_least_once,
     "spark-kafka": contenders.spark_kafka_copy,
+    "spark-kafka -> eos-kafka": contenders.spark_source_eos_sink,
     "kafka-copier": contenders.kafka_copier,
     "python-loop": contenders.python_loop,
 }
@@ -61,7 +62,7 @@ def prepared_input(ground: contenders.Ground, records: int, size: int, partition
 # and each of its repeats paid for new workers in its first batch; benchmarks/first_batch.py
 # measures that. The session's first warm-up alone left the second record size's first repeat
 # with new workers, after the first size's copier and Python loop had run for minutes.)
-SPARK_COPY_CONTENDERS = ("eos-kafka", "eos-kafka at-least-once", "spark-kafka")
+SPARK_COPY_CONTENDERS = ("eos-kafka", "eos-kafka at-least-once", "spark-kafka", "spark-kafka -> eos-kafka")
 
 
 def copy_part(ground, scale: Scale) -> list[dict]:

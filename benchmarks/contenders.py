@@ -3,6 +3,9 @@
 Kafka -> Kafka copy contenders:
 - ``eos-kafka``: the eos-kafka source and sink, exactly-once (a Structured Streaming query);
 - ``spark-kafka``: Spark's own Kafka source and sink (at-least-once), the same query shape;
+- ``spark-kafka -> eos-kafka``: Spark's Kafka source into the eos-kafka sink without a group,
+  exactly-once by progress records (the sink's mode for any replayable source): what skipping the
+  eos-kafka source, and Spark's Python process that runs it for each query, comes to;
 - ``kafka-copier``: Kafka's TransactionalMessageCopier (JVM, KIP-447 consume-transform-produce);
 - ``python-loop``: one Python process, confluent-kafka consumer -> transactional producer.
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import statistics
 import subprocess
 import time
@@ -152,6 +156,12 @@ def spark_kafka_copy(ground: Ground, source: str, partitions: int, records: int,
     return _run_stream(ground, "spark-kafka", reader, "kafka", {}, partitions, records)
 
 
+def spark_source_eos_sink(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    reader = _stream(ground, "kafka", source, batch, {"kafka.isolation.level": "read_committed"})
+    return _run_stream(ground, "spark-kafka -> eos-kafka", reader, "eos-kafka",
+                       {"transactionalIdPrefix": unique("bench")}, partitions, records)
+
+
 def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict):
     reader = (ground.spark.readStream.format(fmt).option("kafka.bootstrap.servers", ground.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest")
@@ -163,7 +173,7 @@ def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict):
 
 
 def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, partitions: int, records: int) -> Run:
-    output = create_topic(ground.bootstrap, unique("out-" + name.replace(" ", "-")), partitions)
+    output = create_topic(ground.bootstrap, unique("out-" + re.sub(r"[^A-Za-z0-9]+", "-", name)), partitions)
     writer = (frame.select("key", "value").writeStream.format(fmt)
               .option("kafka.bootstrap.servers", ground.bootstrap).option("topic", output)
               .option("checkpointLocation", str(ground.work / unique("checkpoint")))
