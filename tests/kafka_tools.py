@@ -9,6 +9,7 @@ import time
 import uuid
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 # The independent read_committed checks live in the package (the example pipeline reports with
 # them too); they use nothing but a plain confluent-kafka consumer and AdminClient.
@@ -85,3 +86,10 @@ def transactional_ids(bootstrap: str, prefix: str) -> set[str]:
     """Transactional ids the cluster knows that start with prefix, per Kafka's TransactionsCommand."""
     listing = kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, "list")
     return {line.split()[0] for line in listing.splitlines()[1:] if line.split() and line.split()[0].startswith(prefix)}
+
+
+def group_members(bootstrap: str, group: str) -> list[str]:
+    """The instance ids (or member ids, for dynamic members) of the group's members now."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_consumer_groups([group], request_timeout=30)[group].result(30)
+    return sorted(member.group_instance_id or member.member_id for member in description.members)

@@ -5,11 +5,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pyspark_eos.errors import FencedError
-from pyspark_eos.source.group_membership import instance_id_for, parse_group_metadata
+from pyspark_eos.source.batch_reader import KafkaBatchReader
+from pyspark_eos.source.group_membership import COMMITTED_CHECK_S, instance_id_for, parse_group_metadata
 from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
 from pyspark_eos.source.options import SourceOptions
 
-from .kafka_tools import create_topic, transactional_producer, unique_name, wait_until, write_transactions
+from .kafka_tools import (create_topic, group_members, transactional_producer, unique_name, wait_until,
+                          write_transactions)
 
 
 def test_group_metadata_bytes_are_parsed():
@@ -39,11 +41,11 @@ def plan_one_batch(reader: KafkaMicroBatchStream):
     return reader.partitions(start, reader.latestOffset(start, None))
 
 
-def try_commit(producer, topic: str, metadata: bytes) -> KafkaError | None:
+def try_commit(producer, topic: str, metadata: bytes, offset: int = 1) -> KafkaError | None:
     producer.begin_transaction()
     producer.produce(topic, value=b"out", partition=0)
     try:
-        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], metadata, 30)
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], metadata, 30)
         producer.commit_transaction(30)
         return None
     except KafkaException as error:
@@ -118,3 +120,57 @@ def test_a_query_restarted_with_another_subscription_makes_the_earlier_runs_memb
         assert {(first, 0), (first, 1), (second, 0)} <= planned[0].group.assignment
     finally:
         later.stop()
+
+
+@pytest.fixture
+def batch_read(kafka):
+    """Plans batch reads as Spark's driver-side planner would, all in this process."""
+    readers = []
+
+    def plan(topic: str, group: str) -> tuple[KafkaBatchReader, list]:
+        options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
+                                       "kafka.group.id": group, "startingOffsets": "group"}, streaming=False)
+        readers.append(KafkaBatchReader(options))
+        return readers[-1], readers[-1].partitions()
+
+    yield plan
+    for reader in readers:
+        reader.planner.close()
+
+
+def test_a_batch_reads_member_leaves_the_group_once_its_write_committed_every_range(kafka, batch_read):
+    # Spark tells a batch read nothing when its job ends, and a static member stays in its group
+    # after its client goes: the member held the group until the next read fenced it.
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("batch-leave"))
+    write_transactions(bootstrap, topic, [(True, [(0, b"a"), (0, b"b")])])
+    group = unique_name("batch-leave")
+    reader, planned = batch_read(topic, group)
+    stamp, (offset_range,) = planned[0].group, planned[0].ranges
+    assert group_members(bootstrap, group) == [stamp.instance_id]
+
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset_range.end - 1)], stamp.metadata, 30)
+    producer.commit_transaction(30)
+    membership = reader.planner._membership
+    membership._thread.join(3 * COMMITTED_CHECK_S)  # part of the range committed: the write goes on
+    assert membership._thread.is_alive() and group_members(bootstrap, group) == [stamp.instance_id]
+
+    assert try_commit(producer, topic, stamp.metadata, offset_range.end) is None
+    wait_until(lambda: group_members(bootstrap, group) == [], 30, "the batch read's member to leave the group")
+    assert membership._fenced is None
+
+
+def test_a_later_batch_read_of_the_group_closes_the_earlier_reads_membership_instead_of_fencing_it(kafka, batch_read):
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("batch-again"))
+    write_transactions(bootstrap, topic, [(True, [(0, b"a")])])
+    group = unique_name("batch-again")
+    first, _ = batch_read(topic, group)
+    earlier = first.planner._membership
+    _, planned = batch_read(topic, group)
+
+    assert earlier._fenced is None and not earlier._thread.is_alive()
+    assert group_members(bootstrap, group) == [planned[0].group.instance_id]
+    assert try_commit(transactional_producer(bootstrap), topic, planned[0].group.metadata) is None

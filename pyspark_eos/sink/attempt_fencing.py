@@ -206,6 +206,14 @@ class ClaimsLog:
         log.info("generation %d of consumer group %r recorded at %s@%d", stamp.generation, stamp.group_id,
                  self.topic, offset)
 
+    def close(self) -> None:
+        """Let go of the clients: a batch read's driver-side process outlives the read."""
+        with self._lock:
+            clients, self._producer, self._consumer = (self._producer, self._consumer), None, None
+        for client in clients:
+            if client is not None:
+                close_client(client)
+
     def _ready_producer(self) -> Producer:
         with self._lock:
             failed, self._prepare_error = self._prepare_error, None

@@ -10,7 +10,10 @@ or duplicate instance of the pipeline takes over that instance id, and the old o
 accepted. Its partitions are paused, so the membership never fetches records.
 
 Spark keeps the driver-side reader process alive between its calls and a background thread
-keeps running there, so the membership is kept alive from one.
+keeps running there, so the membership is kept alive from one. A streaming query's membership
+ends with the query. Spark tells a batch read nothing when its job ends, so a batch read's
+membership leaves the group once the group's offsets reach the end of everything it planned
+(its eos-kafka write has committed) and never rejoins (leave_once_committed).
 """
 from __future__ import annotations
 
@@ -21,22 +24,25 @@ import logging
 import re
 import struct
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from ..errors import EosKafkaError, FencedError
-from .group_rebalance import (held_by_other_members, make_static_member_leave, rebalance_with_a_passing_member,
-                              static_members)
+from .group_rebalance import (held_by_other_members, leave_as_static_member, make_static_member_leave,
+                              rebalance_with_a_passing_member, static_members)
 
 log = logging.getLogger(__name__)
 
 _METADATA_MAGIC = b"CGMDv2:"
 STAMP = "stamp"  # the kind of a claims-topic record that carries a generation's stamp
 JOIN_TIMEOUT_S = 60.0
+# How often a batch read's membership asks whether its write has committed (leave_once_committed).
+COMMITTED_CHECK_S = 2.0
 # A running query's member notices added partitions at its next metadata refresh (2 s) and the
 # rebalance follows within seconds; past this, none is coming (see group_rebalance).
 REBALANCE_GRACE_S = 10.0
@@ -123,8 +129,9 @@ class GroupMembership:
 
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group_id: str,
                  topics: list[str] | None = None, pattern: str | None = None,
-                 on_generation: Callable[[GroupStamp], None] | None = None):
+                 on_generation: Callable[[GroupStamp], None] | None = None, batch_read: bool = False):
         self.group_id = group_id
+        self.batch_read = batch_read
         self.token = uuid.uuid4().hex[:16]
         # Called with each new generation's stamp before stamp() returns it (see _on_assign).
         self._on_generation = on_generation
@@ -155,6 +162,9 @@ class GroupMembership:
         self._fenced: str | None = None  # the error's text, kept once the membership is fenced
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leave_at: dict[tuple[str, int], int] | None = None  # see leave_once_committed
+        self._next_check = 0.0
+        self._leaving: threading.Event | None = None
 
     def start(self) -> "GroupMembership":
         if self._thread is None:
@@ -167,6 +177,15 @@ class GroupMembership:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(30)
+
+    def leave_once_committed(self, ends: dict[tuple[str, int], int]) -> None:
+        """Leave the group, for good, once its committed offsets reach ``ends`` (a batch read's
+        planned ranges): its write tasks have then committed under this membership and nothing
+        needs it. A static member stays in its group after its client closes, until its session
+        times out, and only a later member with its instance id takes it over: a batch read's member
+        held the group (and its partitions) for as long as Spark kept its planner process, and the
+        next read of the group fenced it."""
+        self._leave_at = dict(ends)
 
     def stamp_holding(self, partitions, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
         """The current membership once it is assigned every one of ``partitions`` (input partitions
@@ -232,9 +251,35 @@ class GroupMembership:
                 message = consumer.poll(0.5)
                 if message is not None and message.error() is not None:
                     self._on_error(message.error())
+                if self._committed_through(consumer):
+                    self._leave(consumer)
+                    break
         finally:
             if self._fenced is None:
                 consumer.close()
+
+    def _committed_through(self, consumer: Consumer) -> bool:
+        if self._leave_at is None or self._stamp is None or time.monotonic() < self._next_check:
+            return False
+        self._next_check = time.monotonic() + COMMITTED_CHECK_S
+        if not self._leave_at:
+            return True  # nothing was planned: no write commits under this membership
+        try:
+            # The member's own consumer asks the group's coordinator, which it follows when it moves;
+            # an offset an open transaction holds is not committed yet (the request times out).
+            found = consumer.committed([TopicPartition(t, p) for t, p in self._leave_at], timeout=COMMITTED_CHECK_S)
+        except KafkaException:
+            return False
+        # Past the planned end too: the read's write tasks then find their ranges committed (or
+        # moved by someone else) and send no offsets under this membership (commit_offsets.decide).
+        return all(tp.error is None and tp.offset >= self._leave_at[(tp.topic, tp.partition)] for tp in found)
+
+    def _leave(self, consumer: Consumer) -> None:
+        with self._state:
+            stamp, self._stamp = self._stamp, None
+        self._leaving = threading.Event()
+        leave_as_static_member(consumer, self._leaving, time.monotonic() + JOIN_TIMEOUT_S)
+        log.info("the batch read planned under %s is committed: its member left the group", stamp.describe())
 
     def _evict_earlier_runs(self) -> None:
         """Make the static member of an earlier run of this query leave the group when that run read
@@ -282,6 +327,9 @@ class GroupMembership:
         log.info("joined %s with %d partition(s)", stamp.describe(), len(assignment))
 
     def _on_revoke(self, consumer: Consumer, partitions) -> None:
+        if self._leaving is not None:
+            self._leaving.set()  # the revocation that leaving starts
+            return
         with self._state:
             self._stamp = None
         log.info("consumer group %r is rebalancing; waiting for the new assignment", self.group_id)
@@ -293,7 +341,12 @@ class GroupMembership:
                 self._fenced = str(error)
                 self._stamp = None
                 self._state.notify_all()
-            log.error("%s", self._fenced_error())
+            if self.batch_read:
+                log.warning("the membership of consumer group %r that a batch read holds (static member %r) was "
+                            "taken over by a later reader of the group (%s): a write of that read that has not "
+                            "committed yet cannot commit its offsets", self.group_id, self.instance_id, self._fenced)
+            else:
+                log.error("%s", self._fenced_error())
         else:
             log.warning("consumer group %r membership: %s", self.group_id, error)
 

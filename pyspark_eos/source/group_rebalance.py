@@ -85,12 +85,18 @@ def make_static_member_leave(config: dict, subscription: list[str], instance_id:
     deadline = time.monotonic() + timeout_s
     try:
         _poll_until(consumer, joined, deadline)
-        consumer.unsubscribe()
-        _poll_until(consumer, left, min(deadline, time.monotonic() + _LEAVE_WAIT_S))
-        # The LeaveGroup goes out once the revocation is served: give it a moment on the wire.
-        _poll_until(consumer, threading.Event(), min(deadline, time.monotonic() + 1.0))
+        leave_as_static_member(consumer, left, deadline)
     finally:
         consumer.close()
+
+
+def leave_as_static_member(consumer: Consumer, revoked: threading.Event, deadline: float) -> None:
+    """Leave the group with a static member's consumer, whose on_revoke sets ``revoked``: librdkafka
+    sends a static member's LeaveGroup on unsubscribe() (not on close()), once the revocation is served."""
+    consumer.unsubscribe()
+    _poll_until(consumer, revoked, min(deadline, time.monotonic() + _LEAVE_WAIT_S))
+    # The LeaveGroup goes out once the revocation is served: give it a moment on the wire.
+    _poll_until(consumer, threading.Event(), min(deadline, time.monotonic() + 1.0))
 
 
 def _poll_until(consumer: Consumer, event: threading.Event, deadline: float) -> None:

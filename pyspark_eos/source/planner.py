@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 class SourcePlanner:
     """Turns options and offsets into ranges; holds the driver's AdminClient (not pickled)."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, batch_read: bool = False):
         self.options = options
+        self.batch_read = batch_read
         self.kafka = KafkaOffsetReader(options)
         self._membership: GroupMembership | None = None
         self._claims = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic)
@@ -81,18 +82,34 @@ class SourcePlanner:
         return self._membership.stamp()
 
     def _new_membership(self) -> GroupMembership:
+        return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
+                               **self._subscribed(), on_generation=self._claims.record_stamp,
+                               batch_read=self.batch_read)
+
+    def _subscribed(self) -> dict:
         subscription = self.options.subscription
         if subscription.kind == "subscribePattern":
-            return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
-                                   pattern=subscription.pattern.pattern, on_generation=self._claims.record_stamp)
-        topics = subscription.topics or sorted({topic for topic, _ in subscription.assigned})
-        return GroupMembership(self.options.bootstrap_servers, self.options.kafka, self.options.group_id,
-                               topics=list(topics), on_generation=self._claims.record_stamp)
+            return {"pattern": subscription.pattern.pattern}
+        return {"topics": list(subscription.topics or sorted({topic for topic, _ in subscription.assigned}))}
+
+    def member_key(self) -> tuple:
+        """What makes this source one member of its group: a later planner with the same key takes
+        its membership over."""
+        subscribed = self._subscribed()
+        return (self.options.bootstrap_servers, self.options.group_id,
+                subscribed.get("pattern") or ",".join(sorted(subscribed["topics"])))
+
+    def leave_group_once_committed(self, partitions: list[KafkaInputPartition]) -> None:
+        """A batch read's membership leaves the group once its write has committed every range."""
+        if self._membership is not None:
+            self._membership.leave_once_committed({r.key: r.end for p in partitions for r in p.ranges})
 
     def close(self) -> None:
         if self._membership is not None:
             self._membership.stop()
             self._membership = None
+        if self._claims is not None:
+            self._claims.close()
 
     def __getstate__(self):
         # Executors only read: they need the settings, not the driver's Kafka clients or membership.
