@@ -31,7 +31,8 @@ PARTITIONS = 8
 
 def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict, dict]:
     """``source.<option>=<value>``, ``sink.<option>=<value>`` and ``conf.<Spark setting>=<value>``
-    settings of one variant (a Spark setting holds for that variant's runs only)."""
+    settings of one variant (a Spark setting holds for that variant's runs only); ``source.schema=``
+    is the source's ``.schema(...)`` (empty: every Kafka column; default ``contenders.COPY_SCHEMA``)."""
     options: dict[str, dict] = {"source": {}, "sink": {}, "conf": {}}
     for setting in settings:
         side, _, assignment = setting.partition(".")
@@ -47,9 +48,11 @@ def run_variant(ground, source_topic: str, records: int, batch: int, variant: tu
     name, source_options, sink_options, conf = variant
     if name == "spark-kafka":
         return contenders.spark_kafka_copy(ground, source_topic, PARTITIONS, records, batch)
+    source_options = dict(source_options)
+    schema = source_options.pop("schema", contenders.COPY_SCHEMA)  # source.schema= : every Kafka column
     with session_conf(ground.spark, conf):
         return contenders.eos_kafka_copy(ground, source_topic, PARTITIONS, records, batch, sink_options, name,
-                                         source_options)
+                                         source_options, schema)
 
 
 @contextlib.contextmanager

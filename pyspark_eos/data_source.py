@@ -36,15 +36,13 @@ class EosKafkaDataSource(DataSource):
         from .source.batch_reader import KafkaBatchReader
 
         options = SourceOptions.parse(self.options, streaming=False)
-        _check_schema(schema, options.include_headers)
-        return KafkaBatchReader(options)
+        return KafkaBatchReader(options, _read_columns(schema, options))
 
     def streamReader(self, schema: StructType):
         from .source.micro_batch_stream import KafkaMicroBatchStream
 
         options = SourceOptions.parse(self.options, streaming=True)
-        _check_schema(schema, options.include_headers)
-        return KafkaMicroBatchStream(options)
+        return KafkaMicroBatchStream(options, _read_columns(schema, options))
 
     def writer(self, schema: StructType, overwrite: bool):
         from .sink.writer import EosKafkaBatchWriter
@@ -87,10 +85,29 @@ def _check_named_partitions(options: SourceOptions) -> None:
             require_read(given, partitions, option)
 
 
-def _check_schema(schema: StructType, include_headers: bool) -> None:
-    expected = kafka_schema(include_headers)
-    if schema != expected:
-        raise ConfigurationError(
-            f"the eos-kafka source has a fixed schema ({expected.simpleString()}); remove the "
-            f".schema(...) call, which asked for {schema.simpleString()}"
-        )
+def _read_columns(schema: StructType, options: SourceOptions) -> tuple[str, ...]:
+    columns = read_columns(schema, options.include_headers)
+    if columns != tuple(kafka_schema(options.include_headers).names):
+        # Spark skips schema() when the query gives a schema: its check of the options runs here.
+        _check_named_partitions(options)
+    return columns
+
+
+def read_columns(schema: StructType, include_headers: bool) -> tuple[str, ...]:
+    """The Kafka columns the source yields: all of them, or those a ``.schema(...)`` names.
+
+    A Python data source is handed no column pruning by Spark: every column it yields crosses from
+    its Python worker into the JVM and on, used or not. A schema that names only some of the Kafka
+    columns (``"key binary, value binary"`` for a copy) reads just those."""
+    full = kafka_schema(include_headers)
+    known = {field.name: field.dataType for field in full.fields}
+    if schema == full:
+        return tuple(full.names)
+    for field in schema.fields:
+        if known.get(field.name) != field.dataType:
+            raise ConfigurationError(
+                f"the eos-kafka source reads Spark's Kafka columns ({full.simpleString()}) or, given a .schema(...), "
+                f"only the ones it names; it has no column {field.name} {field.dataType.simpleString()}: name only "
+                "these columns with these types, or remove the .schema(...) call"
+            )
+    return tuple(schema.names)

@@ -32,8 +32,9 @@ class BatchRecorder:
         return sorted(row for rows in self.batches.values() for row in rows)
 
 
-def source(spark, bootstrap: str, topic: str, **options):
+def source(spark, bootstrap: str, topic: str, schema: str | None = None, **options):
     reader = spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    reader = reader if schema is None else reader.schema(schema)
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()

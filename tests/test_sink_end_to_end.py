@@ -121,6 +121,12 @@ def test_coalesce_commits_all_ranges_of_a_task_in_one_transaction(spark, pipelin
     pipeline.assert_exactly_once()
 
 
+def test_a_source_reading_only_key_and_value_is_exactly_once_too(spark, pipeline):
+    # The sink learns each task's input ranges from the source's read, not from the columns.
+    pipeline.run(spark, schema="value binary, key binary")
+    pipeline.assert_exactly_once()
+
+
 def test_a_union_of_two_eos_kafka_sources_commits_both_inputs(spark, kafka, pipeline):
     from .spark_tools import source
 

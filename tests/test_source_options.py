@@ -95,3 +95,17 @@ def test_bad_options_are_named_with_the_fix(options, message):
 def test_batch_only_rules(options, message):
     with pytest.raises(ConfigurationError, match=message):
         parse(streaming=False, **options)
+
+
+def test_a_schema_may_name_some_kafka_columns_in_any_order():
+    from pyspark.sql.types import StructType
+
+    from pyspark_eos.data_source import read_columns
+    from pyspark_eos.kafka.schema import kafka_schema
+
+    assert read_columns(kafka_schema(), include_headers=False) == tuple(kafka_schema().names)
+    assert read_columns(StructType.fromDDL("value binary, key binary"), include_headers=False) == ("value", "key")
+    with pytest.raises(ConfigurationError, match="it has no column value string"):
+        read_columns(StructType.fromDDL("value string"), include_headers=False)
+    with pytest.raises(ConfigurationError, match="it has no column headers"):
+        read_columns(StructType.fromDDL("headers array<struct<key: string, value: binary>>"), include_headers=False)

@@ -42,6 +42,18 @@ def test_batch_read_equals_a_plain_read_committed_consumer(spark, kafka, mixed_t
     assert headers == {(("origin", b"test"), ("n", None))}
 
 
+def test_a_schema_naming_some_kafka_columns_reads_only_those_in_its_order(spark, kafka, mixed_topic):
+    frame = (spark.read.format("eos-kafka").schema("offset bigint, value binary, headers "
+                                                   "array<struct<key: string, value: binary>>")
+             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("subscribe", mixed_topic)
+             .option("includeHeaders", "true").load())
+    assert frame.columns == ["offset", "value", "headers"]
+    rows = frame.collect()
+    committed = read_committed(kafka.bootstrap_servers, mixed_topic, partitions=3)
+    assert sorted((row["offset"], row["value"]) for row in rows) == sorted((r.offset, r.value) for r in committed)
+    assert {tuple((h["key"], h["value"]) for h in row["headers"]) for row in rows} == {(("origin", b"test"), ("n", None))}
+
+
 def test_batch_read_between_explicit_offsets(spark, kafka, mixed_topic):
     frame = (spark.read.format("eos-kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
              .option("assign", json.dumps({mixed_topic: [1]}))

@@ -32,8 +32,8 @@ SOURCE, SINK = "before the first batch is planned", "when the first batch is pla
 CASES = {
     "endingOffsets on a stream": ({"endingOffsets": "latest"}, {}, None, lambda f: f.select("key", "value"),
                                   "endingOffsets options apply to batch queries only", SOURCE),
-    ".schema() on the source": ({}, {}, "value binary", lambda f: f,
-                                "the eos-kafka source has a fixed schema", SOURCE),
+    ".schema() on the source": ({}, {}, "value string", lambda f: f,
+                                "the eos-kafka source reads Spark's Kafka columns", SOURCE),
     "sink column type": ({}, {}, None, lambda f: f.select(F.col("offset").alias("value")),
                          "column 'value' has type bigint; the sink needs string or binary", SINK),
     "sink kafka.transactional.id": ({}, {"kafka.transactional.id": "mine"}, None, lambda f: f.select("key", "value"),

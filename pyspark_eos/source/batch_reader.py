@@ -22,8 +22,8 @@ _holding_membership: dict[tuple, SourcePlanner] = {}
 
 
 class KafkaBatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions):
-        self.planner = SourcePlanner(options, batch_read=True)
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None):
+        self.planner = SourcePlanner(options, columns, batch_read=True)
 
     def partitions(self):
         options = self.planner.options

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 
 class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions):
-        self.planner = SourcePlanner(options)
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None):
+        self.planner = SourcePlanner(options, columns)
         self._last_end: Offsets | None = None
         self._latest: Offsets | None = None
         self._available_now_end: Offsets | None = None

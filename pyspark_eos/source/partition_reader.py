@@ -40,6 +40,7 @@ class ReaderSettings:
     fail_on_data_loss: bool
     poll_timeout_s: float = 120.0
     batch_records: int = 8192
+    columns: tuple[str, ...] | None = None  # the Kafka columns to yield, in this order (None: all)
 
 
 def consumer_config(bootstrap_servers: str, kafka_params: dict[str, str], group_id: str | None) -> dict[str, str]:
@@ -62,15 +63,16 @@ def consumer_config(bootstrap_servers: str, kafka_params: dict[str, str], group_
 
 
 class _Columns:
-    """The messages of one Arrow batch in Spark's Kafka schema, turned into columns at once.
+    """The messages of one Arrow batch in Spark's Kafka schema (or the columns asked for), turned
+    into columns at once.
 
     A column is built by one pass of a C method over the batch's messages (``map(Message.value,
     ...)``) instead of a Python loop appending a row's values to each column: per record, the
     reader's Python work was most of its time."""
 
-    def __init__(self, include_headers: bool):
-        self.include_headers = include_headers
-        self.schema = arrow_schema(include_headers)
+    def __init__(self, include_headers: bool, columns: tuple[str, ...] | None = None):
+        full = arrow_schema(include_headers)
+        self.schema = full if columns is None else pa.schema([full.field(name) for name in columns])
         self.messages: list[Message] = []
 
     def __len__(self) -> int:
@@ -81,17 +83,23 @@ class _Columns:
 
     def to_batch(self) -> pa.RecordBatch:
         messages, self.messages = self.messages, []
-        timestamps = list(map(Message.timestamp, messages))
-        columns = [list(map(Message.key, messages)), list(map(Message.value, messages)),
-                   list(map(Message.topic, messages)), list(map(Message.partition, messages)),
-                   list(map(Message.offset, messages)),
-                   [ms * 1000 if kind else None for kind, ms in timestamps],
-                   [_TIMESTAMP_TYPES.get(kind) for kind, _ in timestamps]]
-        if self.include_headers:
-            columns.append([[{"key": k, "value": v} for k, v in headers] if headers else None
-                            for headers in map(Message.headers, messages)])
-        arrays = [pa.array(column, type=field.type) for column, field in zip(columns, self.schema)]
+        timestamps = list(map(Message.timestamp, messages)) if _TIMESTAMPED & set(self.schema.names) else []
+        columns = {
+            "key": lambda: list(map(Message.key, messages)),
+            "value": lambda: list(map(Message.value, messages)),
+            "topic": lambda: list(map(Message.topic, messages)),
+            "partition": lambda: list(map(Message.partition, messages)),
+            "offset": lambda: list(map(Message.offset, messages)),
+            "timestamp": lambda: [ms * 1000 if kind else None for kind, ms in timestamps],
+            "timestampType": lambda: [_TIMESTAMP_TYPES.get(kind) for kind, _ in timestamps],
+            "headers": lambda: [[{"key": k, "value": v} for k, v in headers] if headers else None
+                                for headers in map(Message.headers, messages)],
+        }
+        arrays = [pa.array(columns[field.name](), type=field.type) for field in self.schema]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+_TIMESTAMPED = {"timestamp", "timestampType"}
 
 
 def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
@@ -159,7 +167,7 @@ def _next_messages(consumer: Consumer, most: int) -> list:
 
 
 def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
-    columns = _Columns(settings.include_headers)
+    columns = _Columns(settings.include_headers, settings.columns)
     positions = {key: starts[key] for key in ranges}
     lowest_end = min(r.end for r in ranges.values())
     last_progress = time.monotonic()

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 class SourcePlanner:
     """Turns options and offsets into ranges; holds the driver's AdminClient (not pickled)."""
 
-    def __init__(self, options: SourceOptions, batch_read: bool = False):
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] | None = None, batch_read: bool = False):
         self.options = options
         self.batch_read = batch_read
         self.kafka = KafkaOffsetReader(options)
@@ -30,6 +30,7 @@ class SourcePlanner:
             consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
             include_headers=options.include_headers,
             fail_on_data_loss=options.fail_on_data_loss,
+            columns=columns,
         )
 
     @property
