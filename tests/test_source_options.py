@@ -98,14 +98,17 @@ def test_batch_only_rules(options, message):
 
 
 def test_a_schema_may_name_some_kafka_columns_in_any_order():
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from pyspark_eos.data_source import read_columns
-    from pyspark_eos.kafka.schema import kafka_schema
+    from pyspark_eos.kafka.schema import HEADERS_TYPE, kafka_schema
+
+    def schema(*fields):
+        return StructType([StructField(name, data_type) for name, data_type in fields])
 
     assert read_columns(kafka_schema(), include_headers=False) == tuple(kafka_schema().names)
-    assert read_columns(StructType.fromDDL("value binary, key binary"), include_headers=False) == ("value", "key")
+    assert read_columns(schema(("value", BinaryType()), ("key", BinaryType())), include_headers=False) == ("value", "key")
     with pytest.raises(ConfigurationError, match="it has no column value string"):
-        read_columns(StructType.fromDDL("value string"), include_headers=False)
+        read_columns(schema(("value", StringType())), include_headers=False)
     with pytest.raises(ConfigurationError, match="it has no column headers"):
-        read_columns(StructType.fromDDL("headers array<struct<key: string, value: binary>>"), include_headers=False)
+        read_columns(schema(("headers", HEADERS_TYPE)), include_headers=False)
