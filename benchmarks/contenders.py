@@ -158,14 +158,16 @@ def _kafka_tool(main_class: str, *args: str, timeout: float = 120) -> str:
 
 
 def spark_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
-    reader = _stream(ground, "kafka", source, batch, {"kafka.isolation.level": "read_committed"})
-    return _run_stream(ground, "spark-kafka", reader, "kafka", {}, partitions, records)
+    return _run_stream(ground, "spark-kafka", _spark_source(ground, source, batch), "kafka", {}, partitions, records)
 
 
 def spark_source_eos_sink(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
-    reader = _stream(ground, "kafka", source, batch, {"kafka.isolation.level": "read_committed"})
-    return _run_stream(ground, "spark-kafka -> eos-kafka", reader, "eos-kafka",
+    return _run_stream(ground, "spark-kafka -> eos-kafka", _spark_source(ground, source, batch), "eos-kafka",
                        {"transactionalIdPrefix": unique("bench")}, partitions, records)
+
+
+def _spark_source(ground: Ground, topic: str, batch: int):
+    return _stream(ground, "kafka", topic, batch, {"kafka.isolation.level": "read_committed"})
 
 
 def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict, schema: str | None = None):

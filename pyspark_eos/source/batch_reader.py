@@ -47,5 +47,6 @@ def _close_earlier_read(key: tuple) -> None:
     # is replaced without being fenced, which librdkafka reports as a fatal error.
     earlier = _holding_membership.pop(key, None)
     if earlier is not None:
-        log.info("closing the membership of an earlier batch read of consumer group %r in this process", key[1])
+        log.info("closing the membership of an earlier batch read of consumer group %r in this process",
+                 earlier.options.group_id)
         earlier.close()

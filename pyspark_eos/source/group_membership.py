@@ -59,6 +59,11 @@ def instance_id_for(group_id: str, subscription: str) -> str:
     return f"{_instance_prefix(group_id)}{digest}"
 
 
+def subscription_name(topics: list[str] | None = None, pattern: str | None = None) -> str:
+    """What a source reads, as its instance id names it: the pattern, or its topics."""
+    return pattern or ",".join(sorted(topics or []))
+
+
 def _instance_prefix(group_id: str) -> str:
     return f"{group_id}.eos-kafka-driver."
 
@@ -135,7 +140,7 @@ class GroupMembership:
         self.token = uuid.uuid4().hex[:16]
         # Called with each new generation's stamp before stamp() returns it (see _on_assign).
         self._on_generation = on_generation
-        self.instance_id = instance_id_for(group_id, pattern or ",".join(sorted(topics or [])))
+        self.instance_id = instance_id_for(group_id, subscription_name(topics, pattern))
         self._client_config = {**kafka_params, "bootstrap.servers": bootstrap_servers}
         self._admin_client: AdminClient | None = None
         self._config = {

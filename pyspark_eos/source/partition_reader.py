@@ -62,6 +62,9 @@ def consumer_config(bootstrap_servers: str, kafka_params: dict[str, str], group_
     }
 
 
+_TIMESTAMPED = {"timestamp", "timestampType"}  # the columns made from Message.timestamp()
+
+
 class _Columns:
     """The messages of one Arrow batch in Spark's Kafka schema (or the columns asked for), turned
     into columns at once.
@@ -73,6 +76,7 @@ class _Columns:
     def __init__(self, include_headers: bool, columns: tuple[str, ...] | None = None):
         full = arrow_schema(include_headers)
         self.schema = full if columns is None else pa.schema([full.field(name) for name in columns])
+        self._timestamped = bool(_TIMESTAMPED & set(self.schema.names))
         self.messages: list[Message] = []
 
     def __len__(self) -> int:
@@ -83,7 +87,7 @@ class _Columns:
 
     def to_batch(self) -> pa.RecordBatch:
         messages, self.messages = self.messages, []
-        timestamps = list(map(Message.timestamp, messages)) if _TIMESTAMPED & set(self.schema.names) else []
+        timestamps = list(map(Message.timestamp, messages)) if self._timestamped else []
         columns = {
             "key": lambda: list(map(Message.key, messages)),
             "value": lambda: list(map(Message.value, messages)),
@@ -97,9 +101,6 @@ class _Columns:
         }
         arrays = [pa.array(columns[field.name](), type=field.type) for field in self.schema]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-
-_TIMESTAMPED = {"timestamp", "timestampType"}
 
 
 def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:

@@ -7,7 +7,7 @@ import os
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..sink.attempt_fencing import ClaimsLog
 from ..sink.provenance import Provenance, record_read
-from .group_membership import GroupMembership, GroupStamp
+from .group_membership import GroupMembership, GroupStamp, instance_id_for, subscription_name
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
@@ -96,9 +96,8 @@ class SourcePlanner:
     def member_key(self) -> tuple:
         """What makes this source one member of its group: a later planner with the same key takes
         its membership over."""
-        subscribed = self._subscribed()
-        return (self.options.bootstrap_servers, self.options.group_id,
-                subscribed.get("pattern") or ",".join(sorted(subscribed["topics"])))
+        return (self.options.bootstrap_servers,
+                instance_id_for(self.options.group_id, subscription_name(**self._subscribed())))
 
     def leave_group_once_committed(self, partitions: list[KafkaInputPartition]) -> None:
         """A batch read's membership leaves the group once its write has committed every range."""
