@@ -35,6 +35,7 @@ from pyspark_eos.testing.local_spark import executor_local_dirs, jars_not_in_spa
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.testing.output_check import last_stable_offsets
 
+from .python_stream import NullStream, counted
 from .workload import busy_fraction, count_committed, cpu_times, process_cpu_seconds, unique, write_input
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,21 @@ def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict, sch
     return reader.load()
 
 
-def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, partitions: int, records: int) -> Run:
+def python_stream_copy(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int) -> Run:
+    """Spark's part of a Python pipeline: python_stream's source and sink, the same records in the
+    same micro-batches and read tasks as eos-kafka's copy (one per core), no Kafka (``source`` unused)."""
+    ground.spark.dataSource.register(NullStream)
+    counts = ground.work / unique("null-stream-counts")
+    frame = (ground.spark.readStream.format(NullStream.name()).option("records", records).option("size", size)
+             .option("tasks", ground.spark.sparkContext.defaultParallelism).option("maxOffsetsPerTrigger", batch)
+             .load())
+    return _run_stream(ground, "python-stream", frame, NullStream.name(), {"counts": str(counts)}, partitions,
+                       records, written=lambda _: counted(counts))
+
+
+def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, partitions: int, records: int,
+                written=None) -> Run:
+    """``written(output topic)``: the records the run wrote (default: those committed in the topic)."""
     output = create_topic(ground.bootstrap, unique("out-" + re.sub(r"[^A-Za-z0-9]+", "-", name)), partitions)
     writer = (frame.select("key", "value").writeStream.format(fmt)
               .option("kafka.bootstrap.servers", ground.bootstrap).option("topic", output)
@@ -201,7 +216,8 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
     # The run's time that no batch accounts for: starting and stopping the query (its source's and
     # sink's set-up and close among them), and the empty batch that ends an AvailableNow run.
     outside = seconds * 1000 - sum(p["durationMs"].get("triggerExecution", 0) for p in every)
-    return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions), batches,
+    written = written or (lambda topic: count_committed(ground.bootstrap, topic, partitions))
+    return Run(name, seconds, records, written(output), batches,
                {"batches": len(batches), "cpu_busy": busy, "outside_batches_ms": round(outside), "cpu_s": cpu_s,
                 "phases_ms": phase_medians([p["durationMs"] for p in progress]),
                 "batch_phases_ms": [p["durationMs"] for p in progress]})

@@ -8,7 +8,9 @@ others' measured beside it.
 
 Every run's output is counted (each input record once); prints each run and a table of medians,
 with each contender's ratio to Spark's connector. ``eos-kafka`` (the defaults) and ``spark-kafka``
-always run.
+always run; ``--python-stream`` adds a Python source and sink that only hand Arrow batches over
+(benchmarks/python_stream.py): its time outside batches and its first batch are what Spark charges
+any Python pipeline per query.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ log = logging.getLogger("benchmarks.variants")
 PARTITIONS = 8
 
 
+PYTHON_STREAM = "python-stream"
+
+
 def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict, dict]:
     """``source.<option>=<value>``, ``sink.<option>=<value>`` and ``conf.<Spark setting>=<value>``
     settings of one variant (a Spark setting holds for that variant's runs only); ``source.schema=``
@@ -44,10 +49,13 @@ def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict, dict
     return name, options["source"], options["sink"], options["conf"]
 
 
-def run_variant(ground, source_topic: str, records: int, batch: int, variant: tuple[str, dict, dict, dict]):
+def run_variant(ground, source_topic: str, records: int, batch: int, variant: tuple[str, dict, dict, dict],
+                size: int):
     name, source_options, sink_options, conf = variant
     if name == "spark-kafka":
         return contenders.spark_kafka_copy(ground, source_topic, PARTITIONS, records, batch)
+    if name == PYTHON_STREAM:
+        return contenders.python_stream_copy(ground, source_topic, PARTITIONS, records, batch, size)
     source_options = dict(source_options)
     schema = source_options.pop("schema", contenders.COPY_SCHEMA)  # source.schema= : every Kafka column
     with session_conf(ground.spark, conf):
@@ -79,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
                              "conf.<Spark setting>=<value> settings (an empty value drops that option)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session all contenders run in")
+    parser.add_argument("--python-stream", action="store_true",
+                        help="also run python-stream: a Python source and sink that only hand Arrow batches over "
+                             "(benchmarks/python_stream.py), Spark's part of a Python pipeline's costs")
     args = parser.parse_args(argv)
     conf = dict(setting.split("=", 1) for setting in args.conf)
     variants = [("spark-kafka", {}, {}, {}), ("eos-kafka", {}, {}, {}),
-                *(parse_variant(name, settings) for name, *settings in args.variant)]
+                *(parse_variant(name, settings) for name, *settings in args.variant),
+                *([(PYTHON_STREAM, {}, {}, {})] if args.python_stream else [])]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     runs: dict[str, list] = {name: [] for name, *_ in variants}
@@ -90,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             EmbeddedKafkaCluster(directory=Path(work) / "kafka", heap="2g") as kafka:
         ground = contenders.start_ground(kafka.bootstrap_servers, Path(work), conf)
         contenders.warm_up(ground)
+        if args.python_stream:  # unmeasured, as warm_up: its Python workers and JVM code paths
+            contenders.python_stream_copy(ground, "", PARTITIONS, 20_000, 10_000, args.size)
         source_topic = create_topic(kafka.bootstrap_servers, unique("in"), PARTITIONS)
         write_input(kafka.bootstrap_servers, source_topic, args.records, args.size, PARTITIONS)
         for repeat in range(args.repeats):
             for variant in variants:  # alternated, so that drift (the JVM warming up) hits all alike
-                run = run_variant(ground, source_topic, args.records, args.batch, variant)
+                run = run_variant(ground, source_topic, args.records, args.batch, variant, args.size)
                 runs[variant[0]].append(run)
                 log.info("repeat %d/%d: %s %.0f records/s, batch p50 %.0f ms, out ok: %s; first batch %s",
                          repeat + 1, args.repeats, variant[0], run.records_per_second,
