@@ -29,9 +29,7 @@ from .workload import unique, write_input
 
 log = logging.getLogger("benchmarks.variants")
 PARTITIONS = 8
-
-
-PYTHON_STREAM = "python-stream"
+PYTHON_STREAM = "python-stream"  # the contender --python-stream adds (benchmarks/python_stream.py)
 
 
 def parse_variant(name: str, settings: list[str]) -> tuple[str, dict, dict, dict]:
