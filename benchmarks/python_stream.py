@@ -8,10 +8,13 @@ Trigger.AvailableNow. The sink counts the records its tasks receive and appends 
 batch's count to the file named by its ``counts`` option. ``python_stream_copy`` runs it as the
 copy contenders run (``benchmarks.variants --python-stream``): its time outside batches and its
 first batch against its later ones are Spark's part of what a query of eos-kafka costs.
+benchmarks/stages.py's batch-mode source and sink hand their batches over the same way
+(``ready_batches``, ``Counted``).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
@@ -63,12 +66,17 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition):
         first, end = partition.value
-        batch = _batch(min(BATCH, end - first), self.size)
-        for at in range(first, end, BATCH):
-            yield batch.slice(0, min(BATCH, end - at))
+        return ready_batches(end - first, lambda rows: _batch(rows, self.size))
 
     def commit(self, end: dict) -> None:
         pass
+
+
+def ready_batches(rows: int, make: Callable[[int], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``rows`` records in batches of up to BATCH: slices of one batch that ``make(records)`` builds once."""
+    batch = make(min(BATCH, rows))
+    for start in range(0, rows, BATCH):
+        yield batch.slice(0, min(BATCH, rows - start))
 
 
 def _batch(rows: int, size: int) -> pa.RecordBatch:
@@ -76,7 +84,9 @@ def _batch(rows: int, size: int) -> pa.RecordBatch:
                                       names=["key", "value"])
 
 
-class _Counted(WriterCommitMessage):
+class Counted(WriterCommitMessage):
+    """A write task's count of the records it received."""
+
     def __init__(self, records: int):
         self.records = records
 
@@ -86,7 +96,7 @@ class _Writer(DataSourceStreamArrowWriter):
         self.counts = counts
 
     def write(self, iterator):
-        return _Counted(sum(batch.num_rows for batch in iterator))
+        return Counted(sum(batch.num_rows for batch in iterator))
 
     def commit(self, messages, batchId) -> None:
         with open(self.counts, "a") as out:

@@ -30,24 +30,19 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition
 
 from pyspark_eos.kafka.schema import arrow_schema, kafka_schema
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders
+from .python_stream import BATCH, Counted, ready_batches
 from .variants import parse_variant, session_conf
 from .workload import busy_fraction, count_committed, cpu_times, unique, write_input
 
 log = logging.getLogger("benchmarks.stages")
-BATCH = 8192  # the eos-kafka reader's Arrow batch
 SOURCES = ("eos-kafka", "kafka", "python", "spark")
 SINKS = ("eos-kafka", "kafka", "python", "noop")
-
-
-class _Counted(WriterCommitMessage):
-    def __init__(self, records: int):
-        self.records = records
 
 
 class GeneratedKafkaRecords(DataSource):
@@ -77,9 +72,7 @@ class _Reader(DataSourceReader):
 
     def read(self, partition):
         per_task = self.records // self.tasks + (self.records % self.tasks if partition.value == self.tasks - 1 else 0)
-        batch = _batch(min(BATCH, per_task), self.size, partition.value)
-        for start in range(0, per_task, BATCH):
-            yield batch.slice(0, min(BATCH, per_task - start))
+        return ready_batches(per_task, lambda rows: _batch(rows, self.size, partition.value))
 
 
 def _batch(rows: int, size: int, partition: int) -> pa.RecordBatch:
@@ -92,7 +85,7 @@ def _batch(rows: int, size: int, partition: int) -> pa.RecordBatch:
 
 class _Writer(DataSourceArrowWriter):
     def write(self, iterator):
-        return _Counted(sum(batch.num_rows for batch in iterator))
+        return Counted(sum(batch.num_rows for batch in iterator))
 
     def commit(self, messages):
         pass
