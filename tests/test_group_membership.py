@@ -1,12 +1,14 @@
 """Fencing layer 1: the driver-side reader's static group membership, stamped into every plan."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pyspark_eos.errors import FencedError
 from pyspark_eos.source.batch_reader import KafkaBatchReader
-from pyspark_eos.source.group_membership import COMMITTED_CHECK_S, instance_id_for, parse_group_metadata
+from pyspark_eos.source.group_membership import instance_id_for, parse_group_metadata
 from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
 from pyspark_eos.source.options import SourceOptions
 
@@ -138,14 +140,24 @@ def batch_read(kafka):
         reader.planner.close()
 
 
-def test_a_batch_reads_member_leaves_the_group_once_its_write_committed_every_range(kafka, batch_read):
+def logged(caplog, *parts: str) -> bool:
+    """Whether the source logged a message containing every one of ``parts``."""
+    return any(all(part in record.getMessage() for part in parts) for record in caplog.records)
+
+
+def membership_taken_over(caplog) -> bool:
+    return logged(caplog, "was taken over by a later reader of the group")
+
+
+def test_a_batch_reads_member_leaves_the_group_once_its_write_committed_every_range(kafka, batch_read, caplog):
     # Spark tells a batch read nothing when its job ends, and a static member stays in its group
     # after its client goes: the member held the group until the next read fenced it.
+    caplog.set_level(logging.DEBUG, logger="pyspark_eos.source")
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, unique_name("batch-leave"))
     write_transactions(bootstrap, topic, [(True, [(0, b"a"), (0, b"b")])])
     group = unique_name("batch-leave")
-    reader, planned = batch_read(topic, group)
+    _, planned = batch_read(topic, group)
     stamp, (offset_range,) = planned[0].group, planned[0].ranges
     assert group_members(bootstrap, group) == [stamp.instance_id]
 
@@ -153,24 +165,28 @@ def test_a_batch_reads_member_leaves_the_group_once_its_write_committed_every_ra
     producer.begin_transaction()
     producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset_range.end - 1)], stamp.metadata, 30)
     producer.commit_transaction(30)
-    membership = reader.planner._membership
-    membership._thread.join(3 * COMMITTED_CHECK_S)  # part of the range committed: the write goes on
-    assert membership._thread.is_alive() and group_members(bootstrap, group) == [stamp.instance_id]
+    # Part of the range committed: the write goes on, so the member must have seen it and stayed.
+    wait_until(lambda: logged(caplog, f"committed {topic}-0={offset_range.end - 1},", "its member stays"), 30,
+               "the membership to find part of its range committed")
+    assert group_members(bootstrap, group) == [stamp.instance_id]
 
     assert try_commit(producer, topic, stamp.metadata, offset_range.end) is None
     wait_until(lambda: group_members(bootstrap, group) == [], 30, "the batch read's member to leave the group")
-    assert membership._fenced is None
+    wait_until(lambda: logged(caplog, "is committed: its member left the group"), 30, "the member's leave")
+    assert not membership_taken_over(caplog)
 
 
-def test_a_later_batch_read_of_the_group_closes_the_earlier_reads_membership_instead_of_fencing_it(kafka, batch_read):
+def test_a_later_batch_read_of_the_group_closes_the_earlier_reads_membership_instead_of_fencing_it(
+        kafka, batch_read, caplog):
+    caplog.set_level(logging.INFO, logger="pyspark_eos.source")
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, unique_name("batch-again"))
     write_transactions(bootstrap, topic, [(True, [(0, b"a")])])
     group = unique_name("batch-again")
-    first, _ = batch_read(topic, group)
-    earlier = first.planner._membership
+    batch_read(topic, group)
     _, planned = batch_read(topic, group)
 
-    assert earlier._fenced is None and not earlier._thread.is_alive()
+    assert logged(caplog, f"closing the membership of an earlier batch read of consumer group '{group}'")
+    assert not membership_taken_over(caplog)
     assert group_members(bootstrap, group) == [planned[0].group.instance_id]
     assert try_commit(transactional_producer(bootstrap), topic, planned[0].group.metadata) is None

@@ -1,9 +1,11 @@
 """G5: a reader never takes a committed offset that an open transaction is about to replace."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -13,6 +15,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark_eos.errors import PendingTransactionError
 from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
 from pyspark_eos.kafka.retries import Backoff
+from pyspark_eos.testing import fault_injection as faults
+from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .kafka_tools import create_topic, transactional_producer, unique_name, wait_until, write_transactions
 from .spark_tools import BatchRecorder, run_available_now, source
@@ -98,14 +102,33 @@ def test_backoff_is_exponential_jittered_and_bounded():
 
 @pytest.mark.parametrize("resolve, first_value", [("commit_transaction", b"v7"), ("abort_transaction", b"v3")])
 def test_a_query_starting_from_the_group_waits_for_the_open_transaction(spark, held, tmp_path, resolve, first_value):
+    # The transaction is resolved only once the source is seen stalled at it: the outcome the query
+    # then starts from proves it waited, the abort case too (a stale read would also start at v3).
     frame = source(spark, held.bootstrap, held.topic, startingOffsets="group", **{"kafka.group.id": held.group})
     recorder = BatchRecorder()
-    resolver = threading.Timer(3.0, getattr(held.producer, resolve), args=(30,))
-    resolver.start()  # resolves the transaction while the query is already starting
-    run_available_now(frame, str(tmp_path / "checkpoint"), recorder)
-    resolver.join()
+    with ThreadPoolExecutor(1) as pool, stalled_at_open_transaction(spark, tmp_path) as stalled:
+        running = pool.submit(run_available_now, frame, str(tmp_path / "checkpoint"), recorder)
+        wait_until(lambda: stalled() or running.done(), 120, "the source to stall at the open transaction")
+        assert not running.done(), "the query started from the group's offsets without waiting for the transaction"
+        getattr(held.producer, resolve)(30)
+    running.result()
     values = [value for _, _, value in recorder.all_rows()]
     assert values[0] == first_value and values[-1] == b"v9"
+
+
+@contextlib.contextmanager
+def stalled_at_open_transaction(spark, tmp_path):
+    """Stall the first reader that meets the group's offsets held by an open transaction (in local
+    mode the driver-side source process has the driver's local directory); yields whether one has,
+    and lets it go on at the end."""
+    (local_dir,) = executor_local_dirs(spark)
+    resume = tmp_path / "resume"
+    marker = faults.arm(faults.STALL_OFFSETS_PENDING, local_dir, resume_file=str(resume), report_dir=str(tmp_path))
+    try:
+        yield lambda: faults.stall_report(marker, "stalled", tmp_path)
+    finally:
+        marker.unlink(missing_ok=True)  # unclaimed, it would stall a later test's reader
+        resume.touch()
 
 
 def test_a_query_fails_naming_the_group_when_the_transaction_stays_open(spark, held, tmp_path):

@@ -1,5 +1,5 @@
 """The package's tree is its architecture: the runtime (source, sink, kafka) never loads the
-project's test tooling (testing/), and faults reach the commit path only through sink.fault_hooks."""
+project's test tooling (testing/), and faults reach the runtime only through kafka.fault_hooks."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pyspark_eos
-from pyspark_eos.sink import fault_hooks
+from pyspark_eos.kafka import fault_hooks
 from pyspark_eos.testing.embedded_kafka import create_topic
 
 PACKAGE = Path(pyspark_eos.__file__).resolve().parent

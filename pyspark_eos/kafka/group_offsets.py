@@ -21,6 +21,7 @@ from typing import Callable
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from ..errors import KafkaClientError, PendingTransactionError
+from . import fault_hooks as faults
 from .retries import Backoff, error_code, is_retriable
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ def fetch_stable_commits(
         delay = min(next(delays), remaining)
         log.warning("group %r: %s; retry %d in %.2f s, giving up in %.0f s",
                     group, result.reason(), attempt, delay, remaining)
+        if result.unstable:
+            faults.stall_point(faults.STALL_OFFSETS_PENDING)
         sleep(delay)
 
 

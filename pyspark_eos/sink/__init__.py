@@ -1,4 +1,4 @@
 """The ``eos-kafka`` sink. The writer Spark sees, and on the executors one Kafka transaction per
 write task: the producer pool and its transactional ids (slots), the input offsets each task
-commits (``commit_offsets``), attempt fencing against zombie attempts (``attempt_fencing``), and the
-fault points the tests reach the commit path through (``fault_hooks``)."""
+commits (``commit_offsets``), and attempt fencing against zombie attempts (``attempt_fencing``).
+Its fault points are named in ``kafka.fault_hooks``."""

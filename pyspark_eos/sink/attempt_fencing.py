@@ -64,7 +64,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
 from ..kafka.cluster import connected
 from ..source.group_membership import GroupStamp
-from .fault_hooks import ATTEMPT_FENCING_OFF, switched_off
+from ..kafka.fault_hooks import ATTEMPT_FENCING_OFF, switched_off
 from .options import SinkOptions
 from .producer_pool import close_client, init_transactional_producer, worker_client
 

@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
-from . import fault_hooks as faults
+from ..kafka import fault_hooks as faults
 from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
 from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
 from ..errors import ConfigurationError, KafkaClientError

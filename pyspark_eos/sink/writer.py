@@ -13,7 +13,7 @@ from collections import Counter
 
 from pyspark.sql import datasource
 
-from . import fault_hooks as faults
+from ..kafka import fault_hooks as faults
 from ..errors import EosKafkaError
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows

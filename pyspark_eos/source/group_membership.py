@@ -129,6 +129,10 @@ def parse_group_metadata(metadata: bytes) -> tuple[int, str, str, str | None]:
     return generation, group.decode(), member.decode(), instance
 
 
+def _positions(offsets: dict[tuple[str, int], int]) -> str:
+    return ", ".join(f"{topic}-{partition}={offset}" for (topic, partition), offset in sorted(offsets.items()))
+
+
 class GroupMembership:
     """Joins ``group_id`` as a static member subscribed to the input topics, from a daemon thread."""
 
@@ -277,7 +281,12 @@ class GroupMembership:
             return False
         # Past the planned end too: the read's write tasks then find their ranges committed (or
         # moved by someone else) and send no offsets under this membership (commit_offsets.decide).
-        return all(tp.error is None and tp.offset >= self._leave_at[(tp.topic, tp.partition)] for tp in found)
+        through = all(tp.error is None and tp.offset >= self._leave_at[(tp.topic, tp.partition)] for tp in found)
+        if not through:
+            log.debug("consumer group %r: committed %s, the batch read planned up to %s; its member stays",
+                      self.group_id, _positions({(tp.topic, tp.partition): tp.offset for tp in found}),
+                      _positions(self._leave_at))
+        return through
 
     def _leave(self, consumer: Consumer) -> None:
         with self._state:

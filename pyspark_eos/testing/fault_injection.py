@@ -17,7 +17,7 @@ filters) claims the file atomically by renaming it, and then:
 ``enable(directory)`` arms faults in one directory shared by every process instead of each
 executor's own (the chaos campaign fires a fault wherever a task first reaches its point).
 
-This module is the handler of the commit path's fault points (``pyspark_eos.sink.fault_hooks``,
+This module is the handler of the runtime's fault points (``pyspark_eos.kafka.fault_hooks``,
 which names them). ``enable()`` installs it for every process started afterwards (the Spark JVM,
 executors and Python workers inherit the environment); then an unarmed point costs one failed
 ``open``, and without ``enable()`` the runtime never loads this module.
@@ -32,9 +32,10 @@ import time
 from pathlib import Path
 
 from ..sink.executor_identity import executor_id, executor_local_directory
-from ..sink.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
-    ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, STALL_AFTER_STABLE_READ,
-    STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_POINTS, SWITCHES, WORKER_BEFORE_COMMIT)
+from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
+    ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, READ_STALL_POINTS,
+    STALL_AFTER_STABLE_READ, STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE,
+    STALL_OFFSETS_PENDING, STALL_POINTS, SWITCHES, WORKER_BEFORE_COMMIT)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def _faults_directory() -> Path:
     shared = os.environ.get(SHARED_DIRECTORY_ENV)
     return (Path(shared) if shared else executor_local_directory()) / _DIRECTORY
 
-POINTS = CRASH_POINTS + STALL_POINTS + SWITCHES
+POINTS = CRASH_POINTS + STALL_POINTS + READ_STALL_POINTS + SWITCHES
 _DIRECTORY = "eos-kafka-faults"
 _STALL_LIMIT_S = 900.0  # a stall nobody resumes ends by itself
 

@@ -1,12 +1,14 @@
-"""The points of the commit path where tests inject faults, and the one way they get in.
+"""The points where tests inject faults, and the one way they get in.
 
 Exactly-once is hardest at a few moments of a write task: mid-produce, after the stable read of
 the group's offsets, between sending the offsets and committing, and on the driver after every
-task committed but before Spark's commit log. The tests crash or stall a process at exactly those
-moments. The runtime names the moments here and never imports test tooling: a handler module is
-named by the environment variable ``EOS_KAFKA_FAULT_HOOKS`` (the project's test harness sets it
-before Spark starts, so the driver, the executors and their Python workers inherit it). Without
-it every point below is one comparison with None.
+task committed but before Spark's commit log; and a stable start (G5) hinges on the moment the
+group's offsets are held by an open transaction. The tests crash or stall a process at exactly
+those moments. The sink reaches them all and the source the last one, so they are named here, in
+the layer both import. The runtime never imports test tooling: a handler module is named by the
+environment variable ``EOS_KAFKA_FAULT_HOOKS`` (the project's test harness sets it before Spark
+starts, so the driver, the executors and their Python workers inherit it). Without it every point
+below is one comparison with None.
 
 A handler module provides ``crash_if_armed(point)``, ``stall_if_armed(point)`` and
 ``is_switched_off(switch) -> bool``.
@@ -33,6 +35,13 @@ STALL_BEFORE_COMMIT = "stall-before-commit"  # offsets sent, commit not yet aske
 STALL_AFTER_COMMIT = "stall-after-commit"  # committed, Spark not yet told
 STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT,
                 STALL_AFTER_COMMIT)
+
+# A stall point of the stable read of the group's offsets (kafka.group_offsets), which a query
+# starting from the group and a write task's replay check both make: an open transaction holds the
+# offsets and the reader is about to back off. Kept out of STALL_POINTS, the moments of a write
+# task's transaction that the zombie tests stall one by one.
+STALL_OFFSETS_PENDING = "stall-offsets-pending"
+READ_STALL_POINTS = (STALL_OFFSETS_PENDING,)
 
 # A switch, not a fault: while on, write tasks skip attempt fencing, so a test can show the
 # duplicates it prevents.
