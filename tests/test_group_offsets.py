@@ -1,7 +1,6 @@
 """G5: a reader never takes a committed offset that an open transaction is about to replace."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
@@ -106,7 +105,10 @@ def test_a_query_starting_from_the_group_waits_for_the_open_transaction(spark, h
     # then starts from proves it waited, the abort case too (a stale read would also start at v3).
     frame = source(spark, held.bootstrap, held.topic, startingOffsets="group", **{"kafka.group.id": held.group})
     recorder = BatchRecorder()
-    with ThreadPoolExecutor(1) as pool, stalled_at_open_transaction(spark, tmp_path) as stalled:
+    # In local mode the driver-side source process has the driver's local directory.
+    (local_dir,) = executor_local_dirs(spark)
+    with ThreadPoolExecutor(1) as pool, faults.stalled_until_exit(faults.STALL_OFFSETS_PENDING, local_dir,
+                                                                  tmp_path) as stalled:
         running = pool.submit(run_available_now, frame, str(tmp_path / "checkpoint"), recorder)
         wait_until(lambda: stalled() or running.done(), 120, "the source to stall at the open transaction")
         assert not running.done(), "the query started from the group's offsets without waiting for the transaction"
@@ -114,21 +116,6 @@ def test_a_query_starting_from_the_group_waits_for_the_open_transaction(spark, h
     running.result()
     values = [value for _, _, value in recorder.all_rows()]
     assert values[0] == first_value and values[-1] == b"v9"
-
-
-@contextlib.contextmanager
-def stalled_at_open_transaction(spark, tmp_path):
-    """Stall the first reader that meets the group's offsets held by an open transaction (in local
-    mode the driver-side source process has the driver's local directory); yields whether one has,
-    and lets it go on at the end."""
-    (local_dir,) = executor_local_dirs(spark)
-    resume = tmp_path / "resume"
-    marker = faults.arm(faults.STALL_OFFSETS_PENDING, local_dir, resume_file=str(resume), report_dir=str(tmp_path))
-    try:
-        yield lambda: faults.stall_report(marker, "stalled", tmp_path)
-    finally:
-        marker.unlink(missing_ok=True)  # unclaimed, it would stall a later test's reader
-        resume.touch()
 
 
 def test_a_query_fails_naming_the_group_when_the_transaction_stays_open(spark, held, tmp_path):

@@ -18,6 +18,8 @@ from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.sink.provenance import Provenance, record_read
 from pyspark_eos.sink.records import KafkaRecord, columns_from_records
 from pyspark_eos.sink.transactional_writer import write_task
+from pyspark_eos.testing import fault_injection as faults
+from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .kafka_tools import (
     committed_offsets,
@@ -30,30 +32,55 @@ from .kafka_tools import (
     wait_until,
     write_transactions,
 )
-from .spark_tools import eos_pipeline, run_to_end
+from .spark_tools import eos_pipeline
 
 
-# local[2] runs two tasks at a time, each with a Python worker reading and one writing: up to four
-# workers write, each keeping its slot (and producer). The pre-KIP-447 design needs one id per
-# input partition.
-@pytest.mark.parametrize("id_per, expected_ids", [("slot", {1, 2, 3, 4}), ("partition", {8})])
-def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, tmp_path, id_per, expected_ids):
+INPUT_PARTITIONS = 8
+
+
+def ids_per_worker_slot(ids: set[str], prefix: str, group: str, topic: str) -> None:
+    # In local mode the executor is the driver, and a task takes the lowest slot no live worker
+    # keeps: slots 0 to n-1. Two tasks wrote at once, so two slots at least; a worker keeps its slot
+    # from task to task, so fewer ids than one batch's tasks.
+    assert ids == {f"{prefix}.{group}.driver.{slot}" for slot in range(len(ids))}
+    assert 2 <= len(ids) < INPUT_PARTITIONS, ids
+
+
+def ids_per_input_partition(ids: set[str], prefix: str, group: str, topic: str) -> None:
+    # The pre-KIP-447 design: one id per input partition, whichever worker writes it.
+    assert ids == {f"{prefix}.{group}.{topic}-{partition}" for partition in range(INPUT_PARTITIONS)}
+
+
+@pytest.mark.parametrize("id_per, check_ids", [("slot", ids_per_worker_slot), ("partition", ids_per_input_partition)])
+def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, tmp_path, id_per, check_ids):
     bootstrap = kafka.bootstrap_servers
-    source = create_topic(bootstrap, unique_name("wide"), partitions=8)
+    source = create_topic(bootstrap, unique_name("wide"), partitions=INPUT_PARTITIONS)
     sink = create_topic(bootstrap, unique_name("out"))
-    write_transactions(bootstrap, source, mixed_transactions(partitions=8, rounds=5))
-    prefix = unique_name("ids")
-    writer = eos_pipeline(spark, bootstrap, source, sink, unique_name("g"),
+    write_transactions(bootstrap, source, mixed_transactions(partitions=INPUT_PARTITIONS, rounds=5))
+    prefix, group = unique_name("ids"), unique_name("g")
+    writer = eos_pipeline(spark, bootstrap, source, sink, group,
                           sink_options={"transactionalIdPrefix": prefix, "transactionalIdPer": id_per},
                           startingOffsets="earliest", maxOffsetsPerTrigger=24, minRecordsPerPartition=1)
-    query = run_to_end(writer, str(tmp_path / "checkpoint"))
-    batches = [p for p in query.recentProgress if p["numInputRows"]]
-    assert len(batches) >= 3  # 8 tasks per batch: dozens of tasks in all
-    ids = transactional_ids(bootstrap, prefix)
-    assert len(ids) in expected_ids, ids
+
+    def another_task_committed() -> bool:  # task 0 cannot have: it is stalled before producing
+        return any(offset >= 0 for offset in committed_offsets(bootstrap, group, source, INPUT_PARTITIONS).values())
+
+    # Batch 0's task 0 stalls once its transaction has begun (its id taken).
+    with faults.stalled_until_exit(faults.STALL_BEFORE_PRODUCE, sorted(executor_local_dirs(spark))[0], tmp_path,
+                                   partition=0) as stalled:
+        # Started from this thread: started from another one, Spark did not find the eos-kafka
+        # format (DATA_SOURCE_NOT_FOUND).
+        query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+        # A task that commits while task 0 holds its id proves two writers at once.
+        wait_until(lambda: not query.isActive or (stalled() and another_task_committed()), 120,
+                   "another task to commit while the first is stalled in its transaction")
+        assert query.isActive, "the query ended before two of its tasks were seen writing at once"
+    assert query.awaitTermination(300)
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # 8 tasks per batch
+    check_ids(transactional_ids(bootstrap, prefix), prefix, group, source)
     written = sorted(r.value for r in read_committed(bootstrap, sink))
-    assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=8))
-    assert len(written) == 3 * 8 * 2  # rounds 0, 2 and 3 of 5 committed, 2 records per partition
+    assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=INPUT_PARTITIONS))
+    assert len(written) == 3 * INPUT_PARTITIONS * 2  # rounds 0, 2 and 3 of 5 committed, 2 records per partition
 
 
 class OtherMember:

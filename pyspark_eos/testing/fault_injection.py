@@ -24,12 +24,14 @@ executors and Python workers inherit the environment); then an unarmed point cos
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 from ..sink.executor_identity import executor_id, executor_local_directory
 from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
@@ -85,6 +87,21 @@ def stall_report(marker: Path, stage: str, report_dir: str | os.PathLike | None 
     """What a stall armed at ``marker`` reported at ``stage`` ("stalled" or "resumed"), if it has."""
     path = _report_path(marker, stage, report_dir)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+@contextlib.contextmanager
+def stalled_until_exit(point: str, local_directory: str | os.PathLike, report_dir: str | os.PathLike,
+                       **filters) -> Iterator[Callable[[], dict | None]]:
+    """Arm a stall at ``point`` that lasts until the block ends; yields what the stalled process
+    reported (None until one has stalled). On exit an unclaimed marker is removed (it would stall
+    a later test's task) and the stalled process, if any, resumes."""
+    resume = Path(report_dir) / f"{point}.resume"
+    marker = arm(point, local_directory, resume_file=str(resume), report_dir=str(report_dir), **filters)
+    try:
+        yield lambda: stall_report(marker, "stalled", report_dir)
+    finally:
+        marker.unlink(missing_ok=True)
+        resume.touch()
 
 
 def _report_path(marker: Path, stage: str, report_dir: str | os.PathLike | None) -> Path:
