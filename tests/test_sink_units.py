@@ -356,3 +356,16 @@ def test_a_claims_producer_that_failed_in_the_background_fails_the_first_append_
     with pytest.raises(KafkaClientError, match="tried again"):
         claims.record_stamp(None)
     assert len(tries) == 2
+
+
+def test_offsets_refused_to_a_fenced_static_member_say_another_instance_took_over():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from pyspark_eos.sink.task_failures import DeliveryErrors, explain
+
+    options = SinkOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "out", "kafka.group.id": "g"})
+    refused = KafkaException(KafkaError(KafkaError.FENCED_INSTANCE_ID, "Static consumer fenced by other consumer"))
+    error = explain(refused, "task 3", True, DeliveryErrors(), options)
+    assert isinstance(error, FencedError)
+    assert str(error).startswith("task 3: Kafka refused this task's offsets (FENCED_INSTANCE_ID)")
+    assert "another instance of the same pipeline" in str(error) and "none of this task's records are visible" in str(error)

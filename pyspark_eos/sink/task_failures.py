@@ -14,7 +14,7 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import ClusterMetadata, ConfigResource, ConfigSource
 
-from ..errors import ConfigurationError, EosKafkaError, TransactionFailedError
+from ..errors import ConfigurationError, EosKafkaError, FencedError, TransactionFailedError
 from ..kafka.cluster import create_command, settled_metadata, unknown_topic
 from .options import SinkOptions
 from .producer_pool import admin_for
@@ -28,6 +28,11 @@ PRODUCER_MESSAGE_MAX_BYTES = 1_000_000
 # At most what a record batch adds to one record's key, value and headers (its header, varints).
 _BATCH_FRAMING_BYTES = 100
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+# The broker refuses a TxnOffsetCommit of a static member whose instance id a later member took:
+# another driver of the same pipeline joined the group while this batch was written.
+_FENCED_INSTANCE = ("Kafka refused this task's offsets (FENCED_INSTANCE_ID): this query's membership of the "
+                    "consumer group was taken over by another instance of the same pipeline, and this instance can "
+                    "no longer commit; stop the other instance or this one, then restart the one you keep")
 _UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
@@ -157,6 +162,8 @@ def explain(error: Exception, where: str, streaming: bool, delivery: DeliveryErr
 
 def _kafka_cause(error: KafkaException, delivery: DeliveryErrors, options: SinkOptions) -> tuple[type, str]:
     refused = delivery.first
+    if refused is None and error.args[0].code() == KafkaError.FENCED_INSTANCE_ID:
+        return FencedError, _FENCED_INSTANCE
     if refused is None:
         return TransactionFailedError, error.args[0].str()
     if refused.error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
