@@ -23,6 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark_eos.testing import python_logging
 from pyspark_eos.testing.embedded_kafka import die_with_parent, free_ports, log_tail
 
 log = logging.getLogger(__name__)
@@ -98,16 +99,19 @@ class StandaloneCluster:
     registered with the master; leaving stops them (SIGTERM, then SIGKILL after a grace period)
     and any process they left behind. Logs go to ``<directory>/master.log`` and
     ``<directory>/worker-<address>.log``; executors' stdout and stderr are under
-    ``<directory>/work-<address>/<app id>/<executor id>/``.
+    ``<directory>/work-<address>/<app id>/<executor id>/``. With ``python_log_level``, the executors'
+    Python processes log at that level there, each line with its pid (``python_logging``).
     """
 
     def __init__(self, directory: str | os.PathLike, workers: tuple[str, ...] = ("127.0.0.2", "127.0.0.3"),
-                 cores_per_worker: int = 1, memory_per_worker: str = "1g", start_timeout: float = 180.0):
+                 cores_per_worker: int = 1, memory_per_worker: str = "1g", start_timeout: float = 180.0,
+                 python_log_level: str | None = None):
         self.directory = Path(directory)
         self.workers = tuple(workers)
         self.cores_per_worker = cores_per_worker
         self.memory_per_worker = memory_per_worker
         self.start_timeout = start_timeout
+        self.python_log_level = python_log_level
         self.master_port: int | None = None
         self.master_ui_port: int | None = None
         self._daemons: list[_Daemon] = []
@@ -210,6 +214,8 @@ class StandaloneCluster:
         for inherited in ("SPARK_LOCAL_DIRS", "SPARK_WORKER_DIR"):
             if inherited not in extra_env:
                 env.pop(inherited, None)
+        if self.python_log_level:  # executors inherit a worker's environment, and their Python workers too
+            env = python_logging.environment(self.python_log_level, env)
         log_path = self.directory / f"{name}.log"
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen([str(home / "bin" / "spark-class"), *arguments], env=env,

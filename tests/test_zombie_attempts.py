@@ -9,6 +9,7 @@ group's offsets back.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ FAST_EXECUTOR_LOSS = {
     "spark.network.timeoutInterval": "1s",
 }
 # Long enough that the broker does not abort a stalled attempt's transaction before it resumes
-# (the fencing must do it), except where a test is about that timeout.
+# (the fencing must do it, and a query that ends sooner shows it did), except where a test is
+# about that timeout.
 TRANSACTION_TIMEOUT_MS = 120000
 SHORT_TRANSACTION_TIMEOUT_MS = 10000
 
@@ -82,18 +84,22 @@ def _alive(pid: int) -> bool:
 
 def _run_with_zombie(spark, kafka, tmp_path, point: str, fencing: bool = True, before_resume=None,
                      transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> Pipeline:
-    pipeline = Pipeline(kafka, tmp_path, rounds=4)  # two batches: the zombie's and the next one
+    """The pipeline's query, run to its end while an attempt of its first batch stalls at ``point``;
+    then ``before_resume(pipeline, id_prefix, began)`` (the prefix of the zombie's transactional ids,
+    and time.monotonic() before the query started), and the zombie resumes and finishes."""
+    pipeline = Pipeline(kafka, tmp_path, rounds=4)  # four batches: the zombie's and three after it
     zombie = Zombie(spark, point, tmp_path)
     prefix = unique_name("zombie")
     try:
         if not fencing:
             zombie.switch_fencing_off()
+        began = time.monotonic()
         pipeline.run(spark, sink_options={"transactionalIdPrefix": prefix,
                                           "kafka.transaction.timeout.ms": transaction_timeout_ms},
                      stableOffsetsTimeoutMs=60000)
         stalled = zombie.stalled()
         if before_resume is not None:
-            before_resume(pipeline, f"{prefix}.{pipeline.group}.{stalled['executor']}.")
+            before_resume(pipeline, f"{prefix}.{pipeline.group}.{stalled['executor']}.", began)
         zombie.resume_and_wait_until_gone()
     finally:
         zombie.clean_up()
@@ -107,22 +113,37 @@ def _transaction_states(bootstrap: str, id_prefix: str) -> dict[str, str]:
     return {row[0]: row[-1] for row in rows if row and row[0].startswith(id_prefix)}
 
 
-def _was_fenced_while_stalled(pipeline: Pipeline, id_prefix: str) -> None:
-    # The zombie claimed its input before it stalled: the retry fenced its transactional id, so its
-    # transaction is over although its timeout (two minutes) has not passed.
+def _was_fenced_while_stalled(pipeline: Pipeline, id_prefix: str, began: float) -> None:
     states = _transaction_states(pipeline.bootstrap, id_prefix)
     assert states and "Ongoing" not in states.values(), states
+    # The zombie's transaction began after the query started, so the broker's timeout cannot have
+    # ended it yet: the retry's fencing did. Without fencing, a zombie with offsets pending
+    # (before-commit) holds the retry's stable read, and so the query, until that timeout.
+    elapsed = time.monotonic() - began
+    assert elapsed < TRANSACTION_TIMEOUT_MS / 1000, (
+        f"the query ran {elapsed:.0f} s: the broker's transaction timeout, not fencing, may have ended the "
+        "zombie's transaction")
+
+
+# The zombie claimed its input before it stalled: the retry's claim finds that claim unreleased and
+# fences the zombie's transactional id (init_transactions), aborting its transaction while it stalls.
+FENCED_WHILE_STALLED = (faults.STALL_AFTER_STABLE_READ, faults.STALL_BEFORE_COMMIT)
+# The zombie holds no claim while it stalls (mid-produce) or has already committed (after-commit):
+# nothing to fence, and the replay check decides. Before-produce is mid-produce without the
+# zombie's transaction open at the broker, kept by the same two checks: not run.
+LEFT_TO_THE_REPLAY_CHECK = (faults.STALL_MID_PRODUCE, faults.STALL_AFTER_COMMIT)
 
 
 @pytest.mark.spark_local_cluster
-@pytest.mark.parametrize("point", faults.STALL_POINTS)
-def test_a_stalled_attempt_that_resumes_after_its_retry_committed_makes_nothing_visible(
+@pytest.mark.parametrize("point", FENCED_WHILE_STALLED)
+def test_attempt_fencing_ends_a_zombies_transaction_while_it_stalls_and_it_makes_nothing_visible(
         spark_fast_loss, kafka, tmp_path, point):
-    claimed = point in (faults.STALL_AFTER_STABLE_READ, faults.STALL_BEFORE_COMMIT)
-    pipeline = _run_with_zombie(spark_fast_loss, kafka, tmp_path, point,
-                                before_resume=_was_fenced_while_stalled if claimed else None)
-    # The zombie resumed after its batch and the next one had committed: the output holds each
-    # input record once and the group's offsets did not move back.
+    """Attempt fencing makes this pass. The replay check cannot: the zombie has passed it
+    (after-stable-read), or has sent its offsets, which the retry's stable read then waits for
+    (before-commit). Without fencing the check made before the zombie resumes fails: at
+    after-stable-read its transaction is still open (the control below shows the duplicates that
+    follow); at before-commit the broker's timeout ends it, and the query waits that long."""
+    pipeline = _run_with_zombie(spark_fast_loss, kafka, tmp_path, point, before_resume=_was_fenced_while_stalled)
     pipeline.assert_exactly_once()
 
 
@@ -134,7 +155,24 @@ def test_without_attempt_fencing_the_stalled_attempt_commits_its_batch_a_second_
     assert len(values) > len(set(values)), "the zombie's records should appear twice without attempt fencing"
 
 
-def _wait_for_broker_timeout(pipeline: Pipeline, id_prefix: str) -> None:
+@pytest.mark.spark_local_cluster
+@pytest.mark.parametrize("point", LEFT_TO_THE_REPLAY_CHECK)
+def test_the_replay_check_keeps_a_zombie_that_stalled_unclaimed_or_committed_from_writing_twice(
+        spark_fast_loss, kafka, tmp_path, point):
+    """The replay check (a write task's stable read of the group's offsets: a range already
+    committed is skipped, one that does not start there refused) makes this pass, with attempt
+    fencing switched off too. The retry of an after-commit zombie finds the batch committed and
+    writes nothing: nothing else stops it. A mid-produce zombie, resumed, would find the group's
+    offsets past its range's start and refuse; with fencing on it refuses earlier, as stale (it
+    claims after the retry did), so either check alone keeps that case. A regression of the replay
+    check fails after-commit here and the replayed-batch tests (test_sink_end_to_end,
+    test_sink_faults); a regression of the stale refusal fails test_attempt_fencing's older attempt
+    that claims after a newer one."""
+    pipeline = _run_with_zombie(spark_fast_loss, kafka, tmp_path, point)
+    pipeline.assert_exactly_once()
+
+
+def _wait_for_broker_timeout(pipeline: Pipeline, id_prefix: str, _began: float) -> None:
     """Until the broker has aborted the stalled attempt's transaction (transaction.timeout.ms)."""
     def timed_out():
         states = _transaction_states(pipeline.bootstrap, id_prefix)
