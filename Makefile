@@ -4,20 +4,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+PYTEST_PROCESSES ?= 2
 BENCH_ARGS ?=
 CHAOS_SEED ?=
 CHAOS_FAULTS ?= 200
 CHAOS_MINUTES ?= 120
 
-.PHONY: demo test setup broker-jars dist bench chaos spin model
+.PHONY: demo test setup broker-jars dist bench chaos release-tests spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
 	$(PY) -m pyspark_eos.testing.example_pipeline
 
 ## test: install everything (venv, package, broker jars) and run the whole test suite
+## (PYTEST_PROCESSES test processes side by side, each with its own broker and Spark; 0: one)
 test: setup spin
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
 
 setup: $(STAMP) broker-jars
 
@@ -33,8 +35,14 @@ broker-jars: $(STAMP)
 	$(PY) -m pyspark_eos.testing.embedded_kafka fetch-jars
 
 ## dist: build the wheel (pip), the zip (--py-files) and the Maven artifact (--packages) into dist/
-dist: $(STAMP)
+# One build at a time (test processes run side by side), and only when what goes into the
+# artifacts changed (the wheel's description is README.md).
+dist:
+	@mkdir -p dist && flock dist/.lock $(MAKE) --no-print-directory dist/.built
+
+dist/.built: $(STAMP) setup.cfg pyproject.toml README.md $(shell find pyspark_eos -name '*.py')
 	$(PY) -m pyspark_eos.testing.distribution --out dist
+	touch $@
 
 ## bench: the side-by-side benchmarks (see benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run
 bench: setup $(VENV)/.bench-installed
@@ -43,6 +51,10 @@ bench: setup $(VENV)/.bench-installed
 ## chaos: the chaos campaign (docs/chaos.md): CHAOS_SEED (default: random, printed), CHAOS_FAULTS, CHAOS_MINUTES
 chaos: setup $(VENV)/.bench-installed
 	$(PY) -m pyspark_eos.testing.chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --faults $(CHAOS_FAULTS) --minutes $(CHAOS_MINUTES)
+
+## release-tests: the tests too long for every run (the chaos smoke, older PySpark): before every release
+release-tests: setup
+	$(PY) -m pytest -m release $(PYTEST_ARGS)
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat

@@ -23,15 +23,49 @@ fault_injection.enable()
 
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 
-# Test modules that need a kind of Spark session run together, so each kind is started once.
+# Tests that need a kind of Spark session run together, so each kind is started once (a process
+# holds one SparkContext, and each switch costs a stop and a start): by the session fixture they
+# use, then by the markers of what else they start (the three-node cluster is module-scoped).
+_SESSION_ORDER = ("spark", "spark_cluster", "spark_fast_loss", "speculative_spark")
 _RUN_LAST = ("spark_local_cluster", "cluster3", "spark_standalone")
+# Under pytest-xdist (make test runs two processes with --dist loadgroup) a group runs in one
+# process: the tests on executor JVMs share their sessions there, and one three-node cluster serves
+# the broker-failure tests.
+_EXECUTOR_SESSIONS = _SESSION_ORDER[1:]
+# Long campaigns run before a release (make release-tests), not in every make test: deselected
+# unless a -m expression names them.
+RELEASE_MARKER = "release"
 
 
-def pytest_collection_modifyitems(items):
-    def rank(item):
-        return next((i + 1 for i, name in enumerate(_RUN_LAST) if item.get_closest_marker(name)), 0)
+def _session_rank(item) -> int:
+    fixtures = getattr(item, "fixturenames", ())
+    return max((i for i, name in enumerate(_SESSION_ORDER) if name in fixtures), default=0)
 
-    items.sort(key=rank)
+
+def _marker_rank(item) -> int:
+    return next((i + 1 for i, name in enumerate(_RUN_LAST) if item.get_closest_marker(name)), 0)
+
+
+def _xdist_group(item) -> str | None:
+    if _session_rank(item) > 0 or item.get_closest_marker("spark_standalone"):
+        return "executors"
+    if item.get_closest_marker("cluster3"):
+        return "cluster3"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    if RELEASE_MARKER not in (config.option.markexpr or ""):
+        release = [item for item in items if item.get_closest_marker(RELEASE_MARKER)]
+        if release:
+            config.hook.pytest_deselected(items=release)
+            items[:] = [item for item in items if not item.get_closest_marker(RELEASE_MARKER)]
+    items.sort(key=lambda item: (_session_rank(item), _marker_rank(item)))
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""The three ways data engineers ship eos-kafka to a Spark job, each with a real ``spark-submit``
-(the script of a pip-installed PySpark) against the embedded broker: a small eos-kafka -> eos-kafka
-job runs to the input's end and its output is checked with a plain read_committed consumer.
-
-Each runs in a virtual environment of its own, on a Python that does not have the package from
-this checkout: the driver and the executors' workers report where they imported it from.
+"""Shipping eos-kafka to a Spark job with a real ``spark-submit`` (the script of a pip-installed
+PySpark) against the embedded broker, beyond what docs/deployment.md runs: its page test
+(test_docs.py) already runs each way the page shows (the pip-installed wheel, ``--py-files``,
+``--packages``) in ``local[2]`` on a Python without the package. Here, ``--packages`` on two
+executors, with the driver and each executor's Python workers reporting where they imported the
+package from, and the error a Python without confluent-kafka gets.
 """
 from __future__ import annotations
 
@@ -15,19 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_eos.testing.distribution import MAVEN_COORDINATES, build
+from pyspark_eos.testing.distribution import MAVEN_COORDINATES, built
 from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER
 from pyspark_eos.testing.project_files import conf_dir
 
 from .spark_tools import Pipeline
-from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
+from .virtualenvs import CHECKOUT, RUNTIME, pinned, virtualenv
 
 SUBMIT_JOB = CHECKOUT / "tests" / "submit_job.py"
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("dist"))
+def dist():
+    # The checkout's dist/, as the docs pages build it: make rebuilds it only when its sources changed.
+    subprocess.run(["make", "dist"], cwd=CHECKOUT, check=True, capture_output=True, timeout=600)
+    return built(CHECKOUT / "dist")
 
 
 @pytest.fixture(scope="module")
@@ -58,22 +60,6 @@ def assert_imported_from(outcome: dict, archive: str, executors: int = 1) -> Non
     assert archive in outcome["driver"], outcome
     assert all(archive in path for _, path in outcome["executors"]), outcome
     assert len({executor for executor, _ in outcome["executors"]}) == executors, outcome
-
-
-def test_a_pip_installed_wheel_needs_no_other_step(kafka, tmp_path, dist):
-    python = virtualenv("wheel", [str(dist.wheel), "--constraint", str(constraints_file(tmp_path))], home=tmp_path / "venv")
-    pipeline = Pipeline(kafka, tmp_path)
-    outcome = report(spark_submit(python, [], pipeline))
-    assert_imported_from(outcome, str(tmp_path / "venv" / "lib"))
-    assert outcome["batches"] > 1
-    pipeline.assert_exactly_once()
-
-
-def test_spark_submit_py_files_ships_the_zip_to_a_python_without_the_package(kafka, tmp_path, dist, runtime_python):
-    pipeline = Pipeline(kafka, tmp_path)
-    outcome = report(spark_submit(runtime_python, ["--py-files", str(dist.zip)], pipeline, "register"))
-    assert_imported_from(outcome, f"{dist.zip.name}/pyspark_eos/")
-    pipeline.assert_exactly_once()
 
 
 @pytest.mark.spark_local_cluster

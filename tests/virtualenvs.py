@@ -9,7 +9,7 @@ import venv
 from importlib.metadata import version
 from pathlib import Path
 
-from pyspark_eos.testing.project_files import cache_dir
+from pyspark_eos.testing.project_files import cache_dir, cache_lock
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 # What eos-kafka needs at run time (setup.cfg install_requires).
@@ -24,11 +24,14 @@ def virtualenv(name: str, *installs: list[str], home: Path | None = None) -> Pat
         home = cache_dir() / f"venv-{name}-{digest}"
     python = home / "bin" / "python"
     marker = home / ".complete"
-    if not marker.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(home)
-        for arguments in installs:
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", *arguments], check=True, timeout=900)
-        marker.write_text(repr(installs))
+    if marker.exists():
+        return python
+    with cache_lock(f"venv-{name}"):
+        if not marker.exists():  # another test process may have built it meanwhile
+            venv.EnvBuilder(with_pip=True, clear=True).create(home)
+            for arguments in installs:
+                subprocess.run([str(python), "-m", "pip", "install", "--quiet", *arguments], check=True, timeout=900)
+            marker.write_text(repr(installs))
     return python
 
 

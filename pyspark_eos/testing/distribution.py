@@ -45,6 +45,14 @@ class Distribution:
     maven_coordinates: str = MAVEN_COORDINATES
 
 
+def built(out: Path) -> Distribution:
+    """What ``build(out)`` (``make dist``) left in ``out``."""
+    out = out.resolve()
+    (wheel,) = out.glob(f"pyspark_eos_kafka-{__version__}-*.whl")
+    return Distribution(wheel, out / f"pyspark_eos-{__version__}.zip", out / f"{MAVEN_ARTIFACT}-{__version__}.jar",
+                        out / "maven-repo")
+
+
 def build(out: Path) -> Distribution:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)

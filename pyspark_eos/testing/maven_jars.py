@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EmbeddedKafkaError
-from .project_files import cache_dir, conf_dir
+from .project_files import cache_dir, cache_lock, conf_dir
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,20 @@ class MavenJars:
         target = self.directory()
         if (target / _COMPLETE_MARKER).exists():
             return target
+        with cache_lock(self.name):
+            if not (target / _COMPLETE_MARKER).exists():  # another process may have finished meanwhile
+                self._download(target)
+        return target
+
+    def _download(self, target: Path) -> None:
         if target.exists():
             shutil.rmtree(target)  # an earlier download was interrupted
         log.info("downloading %s %s jars with Maven into %s (once)", self.name, self.version(), target)
         started = time.monotonic()
         _copy_dependencies(self.pom_path(), target)
         (target / _COMPLETE_MARKER).write_text(self.version())
-        log.info("%s jars ready: %d jars in %.0f s", self.name, len(self.jars()), time.monotonic() - started)
-        return target
+        log.info("%s jars ready: %d jars in %.0f s", self.name, len(list(target.glob("*.jar"))),
+                 time.monotonic() - started)
 
     def jars(self) -> list[Path]:
         return sorted(self.ensure().glob("*.jar"))

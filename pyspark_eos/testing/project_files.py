@@ -6,8 +6,11 @@ copy of the package can be pointed at such a directory with ``EOS_KAFKA_CONF_DIR
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import EmbeddedKafkaError
 
@@ -35,3 +38,15 @@ def cache_dir() -> Path:
     directory = Path(configured) if configured else _CHECKOUT_ROOT / ".cache"
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Held while one process fills the cache entry ``name``: test processes running side by side
+    (pytest-xdist workers) would otherwise download or install into the same directory at once."""
+    with open(cache_dir() / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
