@@ -28,10 +28,14 @@ EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 # use, then by the markers of what else they start (the three-node cluster is module-scoped).
 _SESSION_ORDER = ("spark", "spark_cluster", "spark_fast_loss", "speculative_spark")
 _RUN_LAST = ("spark_local_cluster", "cluster3", "spark_standalone")
-# Under pytest-xdist (make test runs two processes with --dist loadgroup) a group runs in one
+# Under pytest-xdist (make test runs several processes with --dist loadgroup) a group runs in one
 # process: the tests on executor JVMs share their sessions there, and one three-node cluster serves
 # the broker-failure tests.
-_EXECUTOR_SESSIONS = _SESSION_ORDER[1:]
+_GROUP_ORDER = ("executors", "cluster3", None)
+# Then the modules whose tests start Spark applications or environments of their own (a minute
+# each), so that the short tests fill the processes' time at the end.
+_SLOW_MODULES = ("test_docs", "test_distribution", "test_older_pyspark", "test_example_pipeline", "test_any_source",
+                 "test_second_instance", "test_sink_faults", "test_spark_connect")
 # Long campaigns run before a release (make release-tests), not in every make test: deselected
 # unless a -m expression names them.
 RELEASE_MARKER = "release"
@@ -44,6 +48,10 @@ def _session_rank(item) -> int:
 
 def _marker_rank(item) -> int:
     return next((i + 1 for i, name in enumerate(_RUN_LAST) if item.get_closest_marker(name)), 0)
+
+
+def _slow_rank(item) -> int:
+    return 0 if item.module.__name__.rsplit(".", 1)[-1] in _SLOW_MODULES else 1
 
 
 def _xdist_group(item) -> str | None:
@@ -61,7 +69,9 @@ def pytest_collection_modifyitems(config, items):
         if release:
             config.hook.pytest_deselected(items=release)
             items[:] = [item for item in items if not item.get_closest_marker(RELEASE_MARKER)]
-    items.sort(key=lambda item: (_session_rank(item), _marker_rank(item)))
+    # The groups first: pytest-xdist hands work out in this order, and they are the longest.
+    items.sort(key=lambda item: (_GROUP_ORDER.index(_xdist_group(item)), _session_rank(item), _slow_rank(item),
+                                 _marker_rank(item)))
     for item in items:
         group = _xdist_group(item)
         if group is not None:

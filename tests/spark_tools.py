@@ -78,10 +78,10 @@ PARTITIONS = 3
 class Pipeline:
     """Input topic (committed and aborted transactions), output topic, group, checkpoint."""
 
-    def __init__(self, kafka, tmp_path: Path, rounds: int = 7):
+    def __init__(self, kafka, tmp_path: Path, rounds: int = 7, replication: int = 1):
         self.bootstrap = kafka.bootstrap_servers
-        self.input = create_topic(self.bootstrap, unique_name("in"), partitions=PARTITIONS)
-        self.output = create_topic(self.bootstrap, unique_name("out"), partitions=2)
+        self.input = create_topic(self.bootstrap, unique_name("in"), partitions=PARTITIONS, replication=replication)
+        self.output = create_topic(self.bootstrap, unique_name("out"), partitions=2, replication=replication)
         self.group = unique_name("pipeline")
         self.checkpoint = str(tmp_path / "checkpoint")
         self.add_input(0, rounds)

@@ -1,10 +1,24 @@
-"""The three-node embedded cluster behaves like a real one when a broker crashes and comes back."""
+"""The three-node embedded cluster behaves like a real one when a broker crashes and comes back,
+and an eos-kafka pipeline stays exactly-once when one does in the middle of a write task's
+transaction."""
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pyspark_eos.sink.transactional_id_factory import transactional_id
+from pyspark_eos.testing import fault_injection as faults
+from pyspark_eos.testing.chaos.verifiers import transactions
+from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
+from .spark_tools import PARTITIONS, Pipeline
 
 pytestmark = pytest.mark.cluster3
 
@@ -180,16 +194,288 @@ def test_the_drivers_question_about_committed_offsets_survives_the_coordinators_
     partitions = [(topic, 0), (topic, 1)]
     # Once the commit is stable: until then the coordinator answers a read that does not wait
     # for it with the offsets before the transaction.
-    assert reader.committed(group, partitions) == {(topic, 0): 7, (topic, 1): None}
-    assert reader.committed_now(group, partitions) == {(topic, 0): 7}
+    committed = {(topic, 0): 7}
+    assert reader.committed(group, partitions) == {**committed, (topic, 1): None}
+    assert reader.committed_now(group, partitions) == committed
     coordinator = reader.admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+
+    def answers_the_commit() -> bool:
+        # Until another broker leads the group's partition of __consumer_offsets and has loaded it,
+        # a consumer is answered OFFSET_INVALID, the same as "never committed", which planning takes
+        # for "not replayed". Any other offset would be wrong.
+        answer = reader.committed_now(group, partitions)
+        assert answer in (committed, {}), f"asked while node {coordinator} is down: {answer}"
+        return answer == committed
 
     (kafka_cluster3.stop_node if stop == "clean" else kafka_cluster3.kill_node)(coordinator)
     try:
-        # A killed coordinator's group is unreachable until its partition's new leader loads it;
-        # meanwhile a consumer's answer is OFFSET_INVALID, the same as "never committed".
-        assert reader.committed_now(group, partitions) in ({(topic, 0): 7}, {} if stop == "hard" else None)
+        wait_until(answers_the_commit, 90, f"the committed offset from the coordinator that follows node {coordinator}")
     finally:
         kafka_cluster3.restart_node(coordinator)
         kafka_cluster3.wait_in_sync()
-    assert reader.committed_now(group, partitions) == {(topic, 0): 7}
+    assert reader.committed_now(group, partitions) == committed
+
+
+# Long enough that the broker does not abort the stalled transaction: its commit, through the
+# broker's fault, decides.
+TRANSACTION_TIMEOUT_MS = 60000
+OUTPUT_LEADER = "output leader"
+GROUP_COORDINATOR = "group coordinator"
+TRANSACTION_COORDINATOR = "transaction coordinator"
+# The stalled task is of the first batch, whose two write tasks (local[2]) lease the first two
+# write slots of the driver's executor.
+WRITE_SLOTS = 2
+
+
+def _partition_for(key: str, partitions: int) -> int:
+    """Kafka's partitionFor: the partition of __consumer_offsets (a group id) or of
+    __transaction_state (a transactional id) that holds the key's state, abs(String.hashCode) mod
+    the partitions; its leader is the key's coordinator."""
+    code = 0
+    for char in key:
+        code = (31 * code + ord(char)) & 0xFFFFFFFF
+    code = code - (1 << 32) if code >= (1 << 31) else code
+    return (0 if code == -(1 << 31) else abs(code)) % partitions
+
+
+def _topics(bootstrap: str) -> dict:
+    """The cluster's topics, once the internal ones that hold groups and transactions exist."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def internal_topics_ready():
+        topics = admin.list_topics(timeout=30).topics
+        if {"__consumer_offsets", "__transaction_state"} <= set(topics):
+            return topics
+        group = unique_name("create-offsets-topic")
+        admin.describe_consumer_groups([group])[group].exception(30)  # Kafka creates __consumer_offsets
+        return None
+
+    return wait_until(internal_topics_ready, 60, "Kafka's internal topics")
+
+
+def _balanced_topics(bootstrap: str) -> dict:
+    """The cluster's topics once every partition is led by its preferred replica: a broker that an
+    earlier test restarted leads nothing, coordinates nothing, until an election."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def balanced():
+        topics = _topics(bootstrap)
+        if all(p.leader == p.replicas[0] for topic in topics.values() for p in topic.partitions.values()):
+            return topics
+        admin.elect_leaders(ElectionType.PREFERRED).exception(30)
+        return None
+
+    return wait_until(balanced, 60, "every partition led by its preferred replica")
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The brokers that lead the output's partitions, coordinate the group, and coordinate the
+    transactions of the write slots' transactional ids."""
+
+    output_leaders: frozenset[int]
+    group_coordinator: int
+    transaction_coordinators: frozenset[int]
+
+    @classmethod
+    def of(cls, topics: dict, output: str, group: str, id_prefix: str) -> "Roles":
+        def coordinator(internal_topic: str, key: str) -> int:
+            partitions = topics[internal_topic].partitions
+            return partitions[_partition_for(key, len(partitions))].leader
+
+        ids = [transactional_id(id_prefix, group, "driver", slot) for slot in range(WRITE_SLOTS)]
+        return cls(frozenset(p.leader for p in topics[output].partitions.values()),
+                   coordinator("__consumer_offsets", group),
+                   frozenset(coordinator("__transaction_state", i) for i in ids))
+
+    def apart(self, role: str) -> bool:
+        """The group's coordinator holds ``role`` only if that is the group coordinator's, and then
+        no other role: a worker's producer that sent offsets to it waits out its deadline once it
+        stops (the coordinator test), so a test of another role must not stop it by chance."""
+        if role == GROUP_COORDINATOR:
+            return self.group_coordinator not in self.output_leaders | self.transaction_coordinators
+        held = self.output_leaders if role == OUTPUT_LEADER else self.transaction_coordinators
+        return self.group_coordinator not in held
+
+
+def _names_apart(pipeline: Pipeline, role: str) -> tuple[str, str]:
+    """A group and a transactional id prefix whose coordinators keep ``role`` apart (Roles.apart)."""
+    topics = _balanced_topics(pipeline.bootstrap)
+    for _ in range(1000):
+        group, id_prefix = unique_name("pipeline"), unique_name("broker-fault")
+        if Roles.of(topics, pipeline.output, group, id_prefix).apart(role):
+            return group, id_prefix
+    raise AssertionError(f"no names keep the {role} apart from the group's coordinator")
+
+
+class StalledCommit:
+    """The first write task to reach its commit (records produced, offsets sent) stalls there until
+    resumed."""
+
+    def __init__(self, spark, tmp_path: Path):
+        (local_dir,) = executor_local_dirs(spark)  # local mode: the driver's, where every worker looks
+        self.resume_file = tmp_path / "resume"
+        self.reports = tmp_path
+        self.marker = faults.arm(faults.STALL_BEFORE_COMMIT, local_dir, resume_file=str(self.resume_file),
+                                 report_dir=str(self.reports))
+
+    def report(self, stage: str) -> dict | None:
+        return faults.stall_report(self.marker, stage, self.reports)
+
+    def wait(self, query_over: threading.Event) -> None:
+        wait_until(lambda: self.report("stalled") or query_over.is_set(), 180,
+                   "a write task to stall before its commit")
+        assert self.report("stalled"), "the query ended without any write task reaching the armed stall"
+
+    def resume(self) -> None:
+        self.resume_file.touch()
+
+    def clean_up(self) -> None:
+        self.resume()  # never leave a stalled worker behind
+        self.marker.unlink(missing_ok=True)
+
+
+def _only_the_stalled_task_runs(spark) -> bool:
+    # Then every transaction the pipeline has open is the stalled task's.
+    tracker = spark.sparkContext.statusTracker()
+    stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
+    return [(s.numActiveTasks, s.numTasks - s.numCompletedTasks) for s in stages if s] == [(1, 1)]
+
+
+def _held_open(pipeline: Pipeline) -> tuple[list[int], list[int]] | None:
+    """Output partitions with records waiting for a commit marker, and input partitions whose
+    offsets the group holds for an open transaction (UNSTABLE_OFFSET_COMMIT), as the brokers see
+    them; None until there are both."""
+    admin = AdminClient({"bootstrap.servers": pipeline.bootstrap})
+    ends = {}
+    for isolation in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+        request = {TopicPartition(pipeline.output, p): OffsetSpec.latest() for p in range(2)}
+        futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=30)
+        ends[isolation] = {tp.partition: future.result().offset for tp, future in futures.items()}
+    committed, written = ends[IsolationLevel.READ_COMMITTED], ends[IsolationLevel.READ_UNCOMMITTED]
+    outputs = [p for p in range(2) if committed[p] < written[p]]
+    # An AdminClient's OffsetFetch answered NOT_COORDINATOR aborts the process: find the group's
+    # coordinator first.
+    admin.describe_consumer_groups([pipeline.group])[pipeline.group].result(30)
+    asked = [TopicPartition(pipeline.input, p) for p in range(PARTITIONS)]
+    request = [ConsumerGroupTopicPartitions(pipeline.group, asked)]
+    answer = admin.list_consumer_group_offsets(request, require_stable=True)[pipeline.group].result(30)
+    inputs = [tp.partition for tp in answer.topic_partitions
+              if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT]
+    return (outputs, inputs) if outputs and inputs else None
+
+
+class BrokerFault:
+    """Once a write task has stalled mid-transaction, stops the broker in ``role`` (``stop``: "hard"
+    is SIGKILL, "clean" SIGTERM) and resumes the task; ``restore`` brings the broker back."""
+
+    def __init__(self, spark, cluster, pipeline: Pipeline, role: str, stop: str, id_prefix: str):
+        self.spark, self.cluster, self.pipeline = spark, cluster, pipeline
+        self.role, self.stop, self.id_prefix = role, stop, id_prefix
+        self.down: int | None = None
+
+    def fire(self, stalled: StalledCommit, query_over: threading.Event) -> None:
+        try:
+            stalled.wait(query_over)
+            wait_until(lambda: _only_the_stalled_task_runs(self.spark), 60, "the other tasks of the stalled batch")
+            outputs, _ = wait_until(lambda: _held_open(self.pipeline), 30,
+                                    "the stalled transaction's records and offsets on the brokers")
+            self.down = self._broker_in_role(outputs[0])
+            (self.cluster.kill_node if self.stop == "hard" else self.cluster.stop_node)(self.down)
+        finally:
+            stalled.resume()
+
+    def _broker_in_role(self, output_partition: int) -> int:
+        pipeline = self.pipeline
+        topics = _topics(pipeline.bootstrap)
+        roles = Roles.of(topics, pipeline.output, pipeline.group, self.id_prefix)
+        assert roles.apart(self.role), f"the roles moved since the pipeline was named: {roles}"
+        if self.role == GROUP_COORDINATOR:
+            admin = AdminClient({"bootstrap.servers": pipeline.bootstrap})
+            described = admin.describe_consumer_groups([pipeline.group])[pipeline.group].result(30)
+            assert described.coordinator.id == roles.group_coordinator, (described.coordinator, roles)
+            return roles.group_coordinator
+        if self.role == TRANSACTION_COORDINATOR:
+            listed = transactions(pipeline.bootstrap, self.id_prefix)
+            coordinators = {int(t["Coordinator"]) for t in listed if t["TransactionState"] == "Ongoing"}
+            assert len(coordinators) == 1 and coordinators <= roles.transaction_coordinators, (listed, roles)
+            return coordinators.pop()
+        return topics[pipeline.output].partitions[output_partition].leader
+
+    def restore(self) -> None:
+        if self.down is not None:
+            self.cluster.restart_node(self.down)
+            self.cluster.wait_in_sync()
+
+
+def _broker_fault_in_an_open_transaction(spark, cluster, tmp_path: Path, role: str, stop: str) -> Pipeline:
+    """Run a pipeline whose first write task to reach its commit stalls there while the broker in
+    ``role`` stops (the group's coordinator only where that is the role); the task then resumes
+    and the query runs to its end with the broker down."""
+    pipeline = Pipeline(cluster, tmp_path, rounds=3, replication=3)
+    pipeline.group, id_prefix = _names_apart(pipeline, role)
+    stalled, query_over = StalledCommit(spark, tmp_path), threading.Event()
+    fault = BrokerFault(spark, cluster, pipeline, role, stop, id_prefix)
+    # The query runs on this thread: one started from another thread does not find the format.
+    with ThreadPoolExecutor(1) as background:
+        firing = background.submit(fault.fire, stalled, query_over)
+        try:
+            pipeline.run(spark, stableOffsetsTimeoutMs=60000, sink_options={
+                "transactionalIdPrefix": id_prefix, "kafka.transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+        finally:
+            query_over.set()
+            stalled.clean_up()
+            wait([firing])
+            fault.restore()
+    firing.result()
+    assert fault.down is not None and stalled.report("resumed"), "the broker fault did not hit the stalled task"
+    return pipeline
+
+
+@pytest.mark.parametrize("stop", ["hard", "clean"])
+def test_a_partition_leader_lost_while_a_write_task_holds_its_transaction_open_loses_and_duplicates_nothing(
+        spark, kafka_cluster3, tmp_path, stop):
+    """A write task has produced its records and sent its offsets; before it asks for the commit,
+    the leader of the output partition holding its records dies (SIGKILL) or shuts down (SIGTERM);
+    it does not coordinate the group. The query then runs to its end with that broker down.
+
+    What makes it pass is Kafka's replication under the sink's transactional producer: the records
+    were acknowledged by every in-sync replica (a transactional producer is idempotent, so acks=all;
+    the topics have three replicas, two of which must be in sync), so the new leader has them and
+    the transaction coordinator writes the commit marker there. The sink only has to wait: its
+    commit may take COMMIT_TIMEOUT_S, longer than the election after a SIGKILL (about ten
+    seconds), and the claims topic, made with three replicas, takes the later batches' claims.
+    No switch turns this off. A commit that gave up before the election fails the query here
+    (local[2] retries no task); records or a marker lost with their leader show as input values
+    missing from a read_committed reader of the output, or as group offsets short of the input's
+    end (assert_exactly_once).
+    """
+    pipeline = _broker_fault_in_an_open_transaction(spark, kafka_cluster3, tmp_path, OUTPUT_LEADER, stop)
+    pipeline.assert_exactly_once()
+
+
+@pytest.mark.parametrize("role", [GROUP_COORDINATOR, TRANSACTION_COORDINATOR])
+def test_a_coordinator_moving_while_a_write_task_holds_its_transaction_open_loses_and_duplicates_nothing(
+        spark, kafka_cluster3, tmp_path, role):
+    """A write task has produced its records and sent its offsets; before it asks for the commit,
+    the broker coordinating the group (holding its pending offsets) or its transaction shuts down
+    cleanly, and another broker loads the coordinator's partition from its replicas. The query
+    then runs to its end with that broker down.
+
+    Transaction coordinator: librdkafka finds the new coordinator for the commit, which has loaded
+    the open transaction; the sink keeps the producer (rebuilding it would abort the transaction)
+    and waits up to COMMIT_TIMEOUT_S. Group coordinator: the pending offsets move with the group's
+    partition; the later batches' stable reads of the group's offsets renew their admin client when
+    it asks the old coordinator (group_offsets.fetch_stable_commits), planning asks through a
+    consumer, which follows the coordinator (offset_reader.committed_now), and every task must send
+    its offsets to the new coordinator. A worker's producer that sent offsets to the old one does
+    not: librdkafka 2.16 keeps waiting for the stopped broker until send_offsets_to_transaction is
+    cut off at the transaction timeout. So a task replaces its worker's producer when the group's
+    coordinator moved (or cannot be found) since the producer's last task (producer_pool). No
+    switch turns it off; without it (tried once) the next batch's task on the old producer failed
+    after 60 s with DeadlineExceeded, and the query with it (local[2] retries no task). Offsets
+    lost in the move show as group offsets short of the input's end, or as a batch replayed, its
+    values twice in the output (assert_exactly_once).
+    """
+    pipeline = _broker_fault_in_an_open_transaction(spark, kafka_cluster3, tmp_path, role, "clean")
+    pipeline.assert_exactly_once()

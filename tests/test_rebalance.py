@@ -1,6 +1,12 @@
 """The query rides through a rebalance of its consumer group: input partitions added while a batch
 is written make the group's generation move on, and Kafka then refuses the batch's offsets under
-the generation it was planned with. The batch commits under the new one, exactly once."""
+the generation it was planned with. The batch commits under the new one, exactly once.
+
+No switch turns off the re-stamping (sink/rebalance.py): without it the task stalled after its
+stable read fails at every retry (its offsets are refused under the old generation) and the query
+stops, which this test's awaitTermination reports; the executor-log assertion tells which of the
+two paths, the claims' newer stamp or Kafka's refusal and a retry, each stall point took.
+"""
 from __future__ import annotations
 
 import pytest

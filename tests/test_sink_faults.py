@@ -1,4 +1,15 @@
-"""Exactly-once under crashes: a worker, an executor or the driver killed with SIGKILL."""
+"""Exactly-once under crashes: a worker, an executor or the driver killed with SIGKILL.
+
+No switch turns off what these rest on. A worker or executor killed with its offsets sent and the
+commit not asked for is covered by Kafka's transaction itself (the dead attempt's records and
+offsets are never committed; the retry's init_transactions on the same id, or the broker's timeout,
+aborts them) and by the retry's stable read, which waits for that abort (G5: broken, it reads the
+offsets before the batch, and test_group_offsets.py's query test fails). A driver killed between
+the Kafka commit and Spark's commit log is covered by the replay check (a replayed task finds its
+range committed and writes nothing): broken, the replayed batch is written twice here, and the
+after-commit zombie in test_zombie_attempts.py and the any-source driver kill in
+test_any_source.py fail too.
+"""
 from __future__ import annotations
 
 import subprocess

@@ -369,3 +369,11 @@ def test_offsets_refused_to_a_fenced_static_member_say_another_instance_took_ove
     assert isinstance(error, FencedError)
     assert str(error).startswith("task 3: Kafka refused this task's offsets (FENCED_INSTANCE_ID)")
     assert "another instance of the same pipeline" in str(error) and "none of this task's records are visible" in str(error)
+
+
+@pytest.mark.parametrize("last, now, moved", [(None, 2, False), (None, None, False), (1, 1, False), (1, 2, True),
+                                              (1, None, True)])
+def test_a_cached_producer_is_replaced_when_the_groups_coordinator_moved_or_cannot_be_found(last, now, moved):
+    from pyspark_eos.sink.producer_pool import WorkerProducer, _coordinator_moved
+
+    assert _coordinator_moved(WorkerProducer("id", None, 1, group_coordinator=last), now) is moved

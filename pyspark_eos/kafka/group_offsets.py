@@ -122,6 +122,16 @@ def _coordinator_not_ready(admin, group: str, request_timeout: float) -> FetchAt
     return None
 
 
+def group_coordinator(admin, group: str, request_timeout: float) -> int | None:
+    """The broker id of ``group``'s coordinator now, or None when the cluster does not say."""
+    try:
+        return admin.describe_consumer_groups([group], request_timeout=request_timeout)[group] \
+            .result().coordinator.id
+    except KafkaException as error:
+        log.info("group %r: its coordinator is not known now (%s)", group, error)
+        return None
+
+
 def fetch_stable_committed_offsets(admin, group: str, partitions: list[TopicPartitionKey],
                                    timeout_ms: int, renew: Callable[[], object] | None = None
                                    ) -> dict[TopicPartitionKey, int | None]:

@@ -18,12 +18,14 @@ from confluent_kafka.admin import AdminClient
 
 from ..errors import KafkaClientError
 from ..kafka.cluster import connected
+from ..kafka.group_offsets import group_coordinator
 from .options import ID_PER_PARTITION, SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 
 log = logging.getLogger(__name__)
 
 INIT_TIMEOUT_S = 120.0
+COORDINATOR_LOOKUP_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -32,6 +34,8 @@ class WorkerProducer:
     producer: Producer
     pid: int
     slot: int = -1
+    # The group's coordinator when this producer's last task began (None: no group, or not known).
+    group_coordinator: int | None = None
 
 
 # At most one producer per worker process and sink configuration: the one for the slot it last
@@ -52,14 +56,36 @@ def _producer_key(options: SinkOptions, transactional_id: str) -> tuple:
 def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
     key = _producer_key(options, lease.transactional_id)
     cached = _producers.get(key)
+    coordinator = _group_coordinator(options)
     if cached is not None and cached.transactional_id == lease.transactional_id and lease.previous_holder == PROCESS_TOKEN:
-        return cached
-    if cached is not None:
+        if not _coordinator_moved(cached, coordinator):
+            cached.group_coordinator = coordinator
+            return cached
+    elif cached is not None:
         log.info("slot moved (%s -> %s); replacing this worker's producer", cached.transactional_id,
                  lease.transactional_id)
     _producers[key] = WorkerProducer(lease.transactional_id, _new_producer(options, lease.transactional_id), os.getpid(),
-                                     lease.slot)
+                                     lease.slot, coordinator)
     return _producers[key]
+
+
+def _group_coordinator(options: SinkOptions) -> int | None:
+    if not options.commits_input_offsets:
+        return None
+    return group_coordinator(admin_for(options), options.group_id, COORDINATOR_LOOKUP_TIMEOUT_S)
+
+
+def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
+    # librdkafka's producer kept sending a transaction's offsets to the group's coordinator it had
+    # found before, on a broker that had stopped, until the call's deadline (the transaction
+    # timeout): a producer made now finds the new one. A coordinator that cannot be found now is
+    # most likely moving. Between tasks nothing is open to lose.
+    moved = cached.group_coordinator is not None and cached.group_coordinator != coordinator
+    if moved:
+        log.warning("the group's coordinator moved from broker %s (now %s) since producer %s last wrote; replacing "
+                    "the producer", cached.group_coordinator, "unknown" if coordinator is None else f"broker {coordinator}",
+                    cached.transactional_id)
+    return moved
 
 
 def cached_slot(options: SinkOptions) -> int | None:
