@@ -70,11 +70,17 @@ def _artifact(jar_name: str) -> str:
     return re.sub(r"-\d[^-]*(-[^-]*)?\.jar$", "", jar_name)
 
 
-def executor_local_dirs(spark) -> set[str]:
+def executor_local_dirs(spark, timeout: float = 60.0) -> set[str]:
     """``SPARK_LOCAL_DIRS`` as the Python workers of each executor see it (the driver's in local
-    mode): where fault injection is armed and task-local files live."""
-    tasks = spark.sparkContext.parallelize(range(16), 16)
-    return set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())
+    mode): where fault injection is armed and task-local files live. Asked until every registered
+    executor has answered: on a busy machine one executor can run all of a short job's tasks."""
+    expected = max(len(executor_ids(spark)), 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = spark.sparkContext.parallelize(range(16), 16)
+        found = set(tasks.map(lambda _: os.environ.get("SPARK_LOCAL_DIRS", "")).collect())
+        if len(found) >= expected or time.monotonic() > deadline:
+            return found
 
 
 def executor_logs(spark) -> str:
