@@ -37,10 +37,12 @@ broker-jars: $(STAMP)
 ## dist: build the wheel (pip), the zip (--py-files) and the Maven artifact (--packages) into dist/
 # One build at a time (test processes run side by side), and only when what goes into the
 # artifacts changed (the wheel's description is README.md).
+# The package's directories are prerequisites too: removing a module changes its directory.
 dist:
-	@mkdir -p dist && flock dist/.lock $(MAKE) --no-print-directory dist/.built
+	@mkdir -p dist && $(if $(shell command -v flock),flock dist/.lock) sh -c \
+		'ls dist/pyspark_eos_kafka-*.whl >/dev/null 2>&1 || rm -f dist/.built; $(MAKE) --no-print-directory dist/.built'
 
-dist/.built: $(STAMP) setup.cfg pyproject.toml README.md $(shell find pyspark_eos -name '*.py')
+dist/.built: $(STAMP) setup.cfg pyproject.toml README.md $(shell find pyspark_eos -name '*.py' -o -type d -not -name __pycache__)
 	$(PY) -m pyspark_eos.testing.distribution --out dist
 	touch $@
 

@@ -1,6 +1,6 @@
 """The chaos campaign (pyspark_eos.testing.chaos): its verifiers and schedule on made-up records,
 and a three-minute fixed-seed smoke of the campaign itself against a three-node cluster and Spark
-in local-cluster mode. The smoke runs before a release (``make chaos-smoke``), not in ``make test``:
+in local-cluster mode. The smoke runs before a release (``make release-tests``), not in ``make test``:
 each fault it may fire has a deterministic test of its own in the suite. The full campaign is
 ``make chaos`` (docs/chaos.md)."""
 from __future__ import annotations

@@ -25,7 +25,7 @@ from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 log = logging.getLogger(__name__)
 
 INIT_TIMEOUT_S = 120.0
-COORDINATOR_LOOKUP_TIMEOUT_S = 10.0
+COORDINATOR_LOOKUP_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -56,6 +56,8 @@ def _producer_key(options: SinkOptions, transactional_id: str) -> tuple:
 def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
     key = _producer_key(options, lease.transactional_id)
     cached = _producers.get(key)
+    # Looked up for a new producer too: the coordinator its first task sends offsets to is the one
+    # its next task must find unchanged.
     coordinator = _group_coordinator(options)
     if cached is not None and cached.transactional_id == lease.transactional_id and lease.previous_holder == PROCESS_TOKEN:
         if not _coordinator_moved(cached, coordinator):

@@ -30,9 +30,12 @@ _BATCH_FRAMING_BYTES = 100
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 # The broker refuses a TxnOffsetCommit of a static member whose instance id a later member took:
 # another driver of the same pipeline joined the group while this batch was written.
-_FENCED_INSTANCE = ("Kafka refused this task's offsets (FENCED_INSTANCE_ID): this query's membership of the "
-                    "consumer group was taken over by another instance of the same pipeline, and this instance can "
-                    "no longer commit; stop the other instance or this one, then restart the one you keep")
+_FENCED_INSTANCE = ("Kafka refused this task's offsets (FENCED_INSTANCE_ID): another member with this query's group "
+                    "instance id joined the consumer group since the batch was planned. Most likely that is another "
+                    "instance of the same pipeline (or, for a batch read, a later read of the same group), and this "
+                    "one can no longer commit: stop the other instance or this one, then restart the one you keep. "
+                    "If no other runs, this query's own membership rejoined the group (its session timed out): "
+                    "restart the query")
 _UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 

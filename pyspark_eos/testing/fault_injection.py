@@ -96,6 +96,7 @@ def stalled_until_exit(point: str, local_directory: str | os.PathLike, report_di
     reported (None until one has stalled). On exit an unclaimed marker is removed (it would stall
     a later test's task) and the stalled process, if any, resumes."""
     resume = Path(report_dir) / f"{point}.resume"
+    resume.unlink(missing_ok=True)  # left by an earlier use: the stall would end at once
     marker = arm(point, local_directory, resume_file=str(resume), report_dir=str(report_dir), **filters)
     try:
         yield lambda: stall_report(marker, "stalled", report_dir)

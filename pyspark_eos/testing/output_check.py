@@ -83,21 +83,17 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int,
     return {tp.partition: tp.offset for tp in result.topic_partitions}
 
 
-_COORDINATOR_NOT_READY = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                          KafkaError.COORDINATOR_NOT_AVAILABLE)
-
-
 def _wait_for_coordinator(admin: AdminClient, group: str, timeout: float = 60.0) -> None:
     """librdkafka crashes the process when an AdminClient's OffsetFetch is answered NOT_COORDINATOR
     (issue #5040), as it is while a new broker loads the group's coordinator: a DescribeGroups,
-    which takes that answer safely, goes first until it succeeds."""
+    which takes that answer safely, goes first until it succeeds (an admin client's errors do not
+    say whether they are retriable: each one is tried again until the deadline)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             admin.describe_consumer_groups([group], request_timeout=10)[group].result()
             return
         except KafkaException as error:
-            if not (error.args[0].retriable() or error.args[0].code() in _COORDINATOR_NOT_READY) or \
-                    time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
