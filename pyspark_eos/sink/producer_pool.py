@@ -4,7 +4,8 @@ and micro-batches while the worker keeps leasing the same slot (see transactiona
 librdkafka does not survive fork(), so a producer is created lazily inside the worker that uses
 it (never at import time, never in ``__main__``) and cached here by pid. A producer that hit a
 fatal error (fenced, or its transaction timed out by the broker) is dropped and rebuilt with
-the same transactional id: its ``init_transactions`` bumps the epoch and takes over.
+the same transactional id: its ``init_transactions`` bumps the epoch and takes over. So is one
+whose consumer group's coordinator moved since its last task (see ``_coordinator_moved``).
 """
 from __future__ import annotations
 
