@@ -4,7 +4,7 @@ transaction."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -314,31 +314,9 @@ def _names_apart(pipeline: Pipeline, role: str) -> tuple[str, str]:
     raise AssertionError(f"no names keep the {role} apart from the group's coordinator")
 
 
-class StalledCommit:
-    """The first write task to reach its commit (records produced, offsets sent) stalls there until
-    resumed."""
-
-    def __init__(self, spark, tmp_path: Path):
-        (local_dir,) = executor_local_dirs(spark)  # local mode: the driver's, where every worker looks
-        self.resume_file = tmp_path / "resume"
-        self.reports = tmp_path
-        self.marker = faults.arm(faults.STALL_BEFORE_COMMIT, local_dir, resume_file=str(self.resume_file),
-                                 report_dir=str(self.reports))
-
-    def report(self, stage: str) -> dict | None:
-        return faults.stall_report(self.marker, stage, self.reports)
-
-    def wait(self, query_over: threading.Event) -> None:
-        wait_until(lambda: self.report("stalled") or query_over.is_set(), 180,
-                   "a write task to stall before its commit")
-        assert self.report("stalled"), "the query ended without any write task reaching the armed stall"
-
-    def resume(self) -> None:
-        self.resume_file.touch()
-
-    def clean_up(self) -> None:
-        self.resume()  # never leave a stalled worker behind
-        self.marker.unlink(missing_ok=True)
+def _wait_for_the_stall(stall: faults.Stall, query_over: threading.Event) -> None:
+    wait_until(lambda: stall.report() or query_over.is_set(), 180, "a write task to stall before its commit")
+    assert stall.report(), "the query ended without any write task reaching the armed stall"
 
 
 def _only_the_stalled_task_runs(spark) -> bool:
@@ -380,16 +358,16 @@ class BrokerFault:
         self.role, self.stop, self.id_prefix = role, stop, id_prefix
         self.down: int | None = None
 
-    def fire(self, stalled: StalledCommit, query_over: threading.Event) -> None:
+    def fire(self, stall: faults.Stall, query_over: threading.Event) -> None:
         try:
-            stalled.wait(query_over)
+            _wait_for_the_stall(stall, query_over)
             wait_until(lambda: _only_the_stalled_task_runs(self.spark), 60, "the other tasks of the stalled batch")
             outputs, _ = wait_until(lambda: _held_open(self.pipeline), 30,
                                     "the stalled transaction's records and offsets on the brokers")
             self.down = self._broker_in_role(outputs[0])
             (self.cluster.kill_node if self.stop == "hard" else self.cluster.stop_node)(self.down)
         finally:
-            stalled.resume()
+            stall.resume()
 
     def _broker_in_role(self, output_partition: int) -> int:
         pipeline = self.pipeline
@@ -420,21 +398,24 @@ def _broker_fault_in_an_open_transaction(spark, cluster, tmp_path: Path, role: s
     and the query runs to its end with the broker down."""
     pipeline = Pipeline(cluster, tmp_path, rounds=3, replication=3)
     pipeline.group, id_prefix = _names_apart(pipeline, role)
-    stalled, query_over = StalledCommit(spark, tmp_path), threading.Event()
+    (local_dir,) = executor_local_dirs(spark)  # local mode: the driver's, where every worker looks
+    query_over = threading.Event()
     fault = BrokerFault(spark, cluster, pipeline, role, stop, id_prefix)
-    # The query runs on this thread: one started from another thread does not find the format.
-    with ThreadPoolExecutor(1) as background:
-        firing = background.submit(fault.fire, stalled, query_over)
-        try:
-            pipeline.run(spark, stableOffsetsTimeoutMs=60000, sink_options={
-                "transactionalIdPrefix": id_prefix, "kafka.transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
-        finally:
-            query_over.set()
-            stalled.clean_up()
-            wait([firing])
-            fault.restore()
+    # The query runs on this thread: one started from another thread does not find the format. On
+    # the way out the stall ends first (never a stalled worker left behind), then the fault's thread.
+    try:
+        with ThreadPoolExecutor(1) as background, \
+                faults.stalled_until_exit(faults.STALL_BEFORE_COMMIT, local_dir, tmp_path) as stall:
+            firing = background.submit(fault.fire, stall, query_over)
+            try:
+                pipeline.run(spark, stableOffsetsTimeoutMs=60000, sink_options={
+                    "transactionalIdPrefix": id_prefix, "kafka.transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+            finally:
+                query_over.set()
+    finally:
+        fault.restore()
     firing.result()
-    assert fault.down is not None and stalled.report("resumed"), "the broker fault did not hit the stalled task"
+    assert fault.down is not None and stall.report("resumed"), "the broker fault did not hit the stalled task"
     return pipeline
 
 

@@ -108,9 +108,9 @@ def test_a_query_starting_from_the_group_waits_for_the_open_transaction(spark, h
     # In local mode the driver-side source process has the driver's local directory.
     (local_dir,) = executor_local_dirs(spark)
     with ThreadPoolExecutor(1) as pool, faults.stalled_until_exit(faults.STALL_OFFSETS_PENDING, local_dir,
-                                                                  tmp_path) as stalled:
+                                                                  tmp_path) as stall:
         running = pool.submit(run_available_now, frame, str(tmp_path / "checkpoint"), recorder)
-        wait_until(lambda: stalled() or running.done(), 120, "the source to stall at the open transaction")
+        wait_until(lambda: stall.report() or running.done(), 120, "the source to stall at the open transaction")
         assert not running.done(), "the query started from the group's offsets without waiting for the transaction"
         getattr(held.producer, resolve)(30)
     running.result()

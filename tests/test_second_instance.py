@@ -81,9 +81,8 @@ def instance_in_its_own_application(pipeline: Pipeline, checkpoint: Path, log: P
 
 
 def has_committed_a_batch(checkpoint: Path) -> bool:
-    """Spark's commit log has a batch once all its tasks committed their Kafka transactions. Read
-    here rather than the group's offsets: an OffsetFetch answered while a fresh broker's group
-    coordinator loads crashes librdkafka's admin client (see pyspark_eos.kafka.group_offsets)."""
+    """Spark's commit log has a batch once all its tasks committed their Kafka transactions: a file
+    to look for, where the group's offsets would take an admin client per look."""
     return (checkpoint / "commits" / "0").exists()
 
 

@@ -67,12 +67,12 @@ def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, 
 
     # Batch 0's task 0 stalls once its transaction has begun (its id taken).
     with faults.stalled_until_exit(faults.STALL_BEFORE_PRODUCE, sorted(executor_local_dirs(spark))[0], tmp_path,
-                                   partition=0) as stalled:
+                                   partition=0) as stall:
         # Started from this thread: started from another one, Spark did not find the eos-kafka
         # format (DATA_SOURCE_NOT_FOUND).
         query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
         # A task that commits while task 0 holds its id proves two writers at once.
-        wait_until(lambda: not query.isActive or (stalled() and another_task_committed()), 120,
+        wait_until(lambda: not query.isActive or (stall.report() and another_task_committed()), 120,
                    "another task to commit while the first is stalled in its transaction")
         assert query.isActive, "the query ended before two of its tasks were seen writing at once"
     assert query.awaitTermination(300)

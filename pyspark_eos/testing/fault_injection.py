@@ -31,7 +31,8 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Iterator
 
 from ..sink.executor_identity import executor_id, executor_local_directory
 from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
@@ -89,20 +90,37 @@ def stall_report(marker: Path, stage: str, report_dir: str | os.PathLike | None 
     return json.loads(path.read_text()) if path.exists() else None
 
 
+@dataclass(frozen=True)
+class Stall:
+    """A stall armed by ``stalled_until_exit``: what the stalled process reported, and its resume."""
+
+    marker: Path
+    report_dir: Path
+    resume_file: Path
+
+    def report(self, stage: str = "stalled") -> dict | None:
+        """What the stalled process reported at ``stage`` ("stalled" or "resumed"); None until then."""
+        return stall_report(self.marker, stage, self.report_dir)
+
+    def resume(self) -> None:
+        self.resume_file.touch()
+
+
 @contextlib.contextmanager
 def stalled_until_exit(point: str, local_directory: str | os.PathLike, report_dir: str | os.PathLike,
-                       **filters) -> Iterator[Callable[[], dict | None]]:
-    """Arm a stall at ``point`` that lasts until the block ends; yields what the stalled process
-    reported (None until one has stalled). On exit an unclaimed marker is removed (it would stall
-    a later test's task) and the stalled process, if any, resumes."""
+                       **filters) -> Iterator[Stall]:
+    """Arm a stall at ``point`` that lasts until ``resume()`` or the end of the block. On exit an
+    unclaimed marker is removed (it would stall a later test's task) and the stalled process, if
+    any, resumes."""
     resume = Path(report_dir) / f"{point}.resume"
     resume.unlink(missing_ok=True)  # left by an earlier use: the stall would end at once
     marker = arm(point, local_directory, resume_file=str(resume), report_dir=str(report_dir), **filters)
+    stall = Stall(marker, Path(report_dir), resume)
     try:
-        yield lambda: stall_report(marker, "stalled", report_dir)
+        yield stall
     finally:
         marker.unlink(missing_ok=True)
-        resume.touch()
+        stall.resume()
 
 
 def _report_path(marker: Path, stage: str, report_dir: str | os.PathLike | None) -> Path:
