@@ -14,7 +14,7 @@ CHAOS_MINUTES ?= 120
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
-	$(PY) -m pyspark_eos.testing.example_pipeline
+	$(PY) -m examples.exactly_once_pipeline
 
 ## test: install everything (venv, package, broker jars) and run the whole test suite
 ## (PYTEST_PROCESSES test processes side by side, each with its own broker and Spark; 0: one)
@@ -38,12 +38,14 @@ broker-jars: $(STAMP)
 # One build at a time (test processes run side by side), and only when what goes into the
 # artifacts changed (the wheel's description is README.md).
 # The package's directories are prerequisites too: removing a module changes its directory.
+# What ships is pyspark_eos/ alone (the runtime and its test kit, pyspark_eos/testing/), with the
+# conf/ files the kit reads copied into pyspark_eos/testing/conf/.
 dist:
 	@mkdir -p dist && $(if $(shell command -v flock),flock dist/.lock) sh -c \
 		'ls dist/pyspark_eos_kafka-*.whl >/dev/null 2>&1 || rm -f dist/.built; $(MAKE) --no-print-directory dist/.built'
 
-dist/.built: $(STAMP) setup.cfg pyproject.toml README.md $(shell find pyspark_eos -name '*.py' -o -type d -not -name __pycache__)
-	$(PY) -m pyspark_eos.testing.distribution --out dist
+dist/.built: $(STAMP) setup.cfg pyproject.toml README.md devtools/distribution.py $(wildcard conf/*) $(shell find pyspark_eos -name '*.py' -o -type d -not -name __pycache__)
+	$(PY) -m devtools.distribution --out dist
 	touch $@
 
 ## bench: the side-by-side benchmarks (see benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run
@@ -52,7 +54,7 @@ bench: setup $(VENV)/.bench-installed
 
 ## chaos: the chaos campaign (docs/chaos.md): CHAOS_SEED (default: random, printed), CHAOS_FAULTS, CHAOS_MINUTES
 chaos: setup $(VENV)/.bench-installed
-	$(PY) -m pyspark_eos.testing.chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --faults $(CHAOS_FAULTS) --minutes $(CHAOS_MINUTES)
+	$(PY) -m devtools.chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --faults $(CHAOS_FAULTS) --minutes $(CHAOS_MINUTES)
 
 ## release-tests: the tests too long for every run (the chaos smoke, older PySpark): before every release
 release-tests: setup

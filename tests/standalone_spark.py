@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_eos.testing import python_logging
+from devtools import python_logging
 from pyspark_eos.testing.embedded_kafka import die_with_parent, free_ports, log_tail
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ query = run_copy(spark, bootstrap, source_topic, sink_topic, group, checkpoint)
 
 def imported_from(_):
     import pyspark_eos
-    from pyspark_eos.sink.executor_identity import executor_id
+    from pyspark_eos.protocol.executor_identity import executor_id
 
     return executor_id(), pyspark_eos.__file__
 

@@ -6,8 +6,9 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pyspark_eos.sink.attempt_fencing import (CLAIM, AttemptEpoch, Claim, ClaimsLog, FencingClients, append,
-                                              claim_attempt)
+from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog, append
+from pyspark_eos.protocol.claims_records import CLAIM, AttemptOrder, Claim
+from pyspark_eos.sink.attempt_fencing import claim_attempt
 from pyspark_eos.errors import StaleAttemptError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
@@ -20,15 +21,15 @@ class Ground:
         self.bootstrap = bootstrap
         self.group = unique_name("fencing")
         self.claims = ClaimsLog(bootstrap, {}, unique_name("claims"))
-        self.clients = FencingClients(bootstrap, {}, self.group, 60000)
+        self.clients = ClaimsClients(bootstrap, {}, self.group, 60000)
         self.output = create_topic(bootstrap, unique_name("out"))
 
     def plan(self):
         return self.claims.open_plan(self.group)
 
-    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, memberships=(), not_before=None):
+    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, run_tokens=(), not_before=None):
         claim = claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
-                              transactional_id, memberships, not_before)
+                              transactional_id, run_tokens, not_before)
         claim.enforce()
         return claim
 
@@ -52,7 +53,7 @@ def _fatal(error: KafkaException) -> bool:
 
 # The driver appends plan records without idempotence (claims_producer): a retry whose first copy
 # was written but not acknowledged leaves that copy before the acknowledged one, whose offset is
-# the plan's epoch. The first copy is no task's plan.
+# the plan's offset. The first copy is no task's plan.
 @pytest.mark.parametrize("copies_before", [0, 1], ids=["plan", "plan-written-twice"])
 def test_a_newer_attempt_fences_the_older_attempts_open_transaction(ground, copies_before):
     for _ in range(copies_before):
@@ -77,7 +78,7 @@ def test_a_claim_written_twice_by_a_retry_is_one_attempts_claim(ground):
     plan = ground.plan()
     transactional_id = unique_name("attempt")
     producer = ground.open_transaction(transactional_id)
-    first_copy = Claim(CLAIM, ground.group, frozenset(INPUT), AttemptEpoch(plan.epoch, 5), transactional_id,
+    first_copy = Claim(CLAIM, ground.group, frozenset(INPUT), AttemptOrder(plan.offset, 5), transactional_id,
                        "task 0 (attempt 5)")
     append(ground.clients.producer(), plan.topic, ground.group, first_copy.to_json())
     ground.claim(plan, 5, transactional_id)
@@ -85,12 +86,12 @@ def test_a_claim_written_twice_by_a_retry_is_one_attempts_claim(ground):
     assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [transactional_id.encode()]
 
 
-@pytest.mark.parametrize("memberships", [(), ("query-run-1",)], ids=["no-membership", "one-membership"])
-def test_an_older_attempt_that_claims_after_a_newer_one_refuses(ground, memberships):
+@pytest.mark.parametrize("run_tokens", [(), ("query-run-1",)], ids=["no-run-token", "one-run-token"])
+def test_an_older_attempt_that_claims_after_a_newer_one_refuses(ground, run_tokens):
     plan = ground.plan()
-    ground.claim(plan, 6, unique_name("newer"), memberships=memberships)
+    ground.claim(plan, 6, unique_name("newer"), run_tokens=run_tokens)
     with pytest.raises(StaleAttemptError, match=r"a newer attempt of this task \(task 0 \(attempt 6\), plan"):
-        ground.claim(plan, 5, unique_name("older"), memberships=memberships)
+        ground.claim(plan, 5, unique_name("older"), run_tokens=run_tokens)
 
 
 def test_another_instances_later_plan_neither_fences_this_instances_attempt_nor_makes_it_stale(ground, caplog):
@@ -101,11 +102,11 @@ def test_another_instances_later_plan_neither_fences_this_instances_attempt_nor_
     new_plan, old_plan = ground.plan(), ground.plan()
     current_id = unique_name("current")
     current = ground.open_transaction(current_id)
-    current_claim = ground.claim(new_plan, 1, current_id, memberships=["new-instance"])
-    ground.claim(old_plan, 9, unique_name("old-instance"), memberships=["old-instance"])
+    current_claim = ground.claim(new_plan, 1, current_id, run_tokens=["new-instance"])
+    ground.claim(old_plan, 9, unique_name("old-instance"), run_tokens=["old-instance"])
     current.commit_transaction(30)  # not fenced by the old instance's claim
     current_claim.release()
-    ground.claim(new_plan, 2, unique_name("current-retry"), memberships=["new-instance"])  # not stale
+    ground.claim(new_plan, 2, unique_name("current-retry"), run_tokens=["new-instance"])  # not stale
     assert "of another instance of this pipeline" in caplog.text
     assert wait_until(lambda: read_committed(ground.bootstrap, ground.output) or None, 30,
                       "the new instance's commit")[0].value == current_id.encode()
@@ -135,7 +136,7 @@ def test_a_progress_plan_fences_an_attempt_of_an_earlier_run_that_claimed_before
     zombie = ground.open_transaction(zombie_id)
     ground.claim(earlier_run, 7, zombie_id)
     later_run = ground.claims.open_plan(ground.group, lookback_ms=60000)
-    assert later_run.since is not None and later_run.since <= earlier_run.epoch < later_run.epoch
+    assert later_run.since is not None and later_run.since <= earlier_run.offset < later_run.offset
     ground.claim(later_run, 1, unique_name("replay"))
     with pytest.raises(KafkaException) as fenced:  # unfenced, it would commit its record
         zombie.send_offsets_to_transaction([TopicPartition(ground.output, 0, 1)], _group_metadata(ground), 30)
@@ -153,8 +154,8 @@ def test_a_progress_plan_reads_no_claim_before_the_plan_its_task_last_committed_
     committed_under = ground.plan()
     moved_on = ground.open_transaction(worker_id)  # the id's next holder, mid-transaction
     later_run = ground.claims.open_plan(ground.group, lookback_ms=60000)
-    assert later_run.since <= earlier_batch.epoch
-    ground.claim(later_run, 1, unique_name("replay"), not_before=committed_under.epoch)
+    assert later_run.since <= earlier_batch.offset
+    ground.claim(later_run, 1, unique_name("replay"), not_before=committed_under.offset)
     moved_on.commit_transaction(30)
     committed = wait_until(lambda: _at_least(1, read_committed(ground.bootstrap, ground.output)), 30,
                            "the transaction's markers")
@@ -183,7 +184,7 @@ def test_an_attempt_whose_plans_claims_are_gone_refuses(ground):
     plan = ground.plan()
     ground.plan()
     admin = AdminClient({"bootstrap.servers": ground.bootstrap})
-    (deleted,) = admin.delete_records([TopicPartition(plan.topic, 0, plan.epoch + 1)]).values()
+    (deleted,) = admin.delete_records([TopicPartition(plan.topic, 0, plan.offset + 1)]).values()
     deleted.result(30)  # as retention would
     with pytest.raises(StaleAttemptError, match="the claims are gone"):
         ground.claim(plan, 5, unique_name("late"))
@@ -202,7 +203,7 @@ def _group_metadata(ground):
 def test_a_cluster_that_auto_creates_topics_still_gets_the_claims_topic_the_protocol_needs(tmp_path):
     from confluent_kafka.admin import ConfigResource
 
-    from pyspark_eos.sink.attempt_fencing import CLAIMS_RETENTION_MS, ensure_claims_topic
+    from pyspark_eos.protocol.claims_log import CLAIMS_RETENTION_MS, ensure_claims_topic
     from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 
     overrides = {"auto.create.topics.enable": "true", "num.partitions": "3"}

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pyspark_eos.sink.transactional_id_factory import transactional_id
 from pyspark_eos.testing import fault_injection as faults
-from pyspark_eos.testing.chaos.verifiers import transactions
+from devtools.chaos.verifiers import transactions
 from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until

@@ -1,4 +1,4 @@
-"""The chaos campaign (pyspark_eos.testing.chaos): its verifiers and schedule on made-up records,
+"""The chaos campaign (devtools.chaos): its verifiers and schedule on made-up records,
 and a three-minute fixed-seed smoke of the campaign itself against a three-node cluster and Spark
 in local-cluster mode. The smoke runs before a release (``make release-tests``), not in ``make test``:
 each fault it may fire has a deterministic test of its own in the suite. The full campaign is
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from pyspark_eos.testing.chaos.faults import KINDS, Schedule
-from pyspark_eos.testing.chaos.query import death_cause
-from pyspark_eos.testing.chaos.verifiers import FinalCheck, _check_one
+from devtools.chaos.faults import KINDS, Schedule
+from devtools.chaos.query import death_cause
+from devtools.chaos.verifiers import FinalCheck, _check_one
 from pyspark_eos.testing.output_check import Record
 
 SMOKE_SEED = 20261124
@@ -75,7 +75,7 @@ def test_a_dead_querys_cause_is_read_from_its_drivers_log(tmp_path):
 
 @pytest.mark.release
 def test_a_three_minute_chaos_smoke_passes_every_verifier(tmp_path):
-    command = [sys.executable, "-m", "pyspark_eos.testing.chaos", "--seed", str(SMOKE_SEED), "--minutes", "3",
+    command = [sys.executable, "-m", "devtools.chaos", "--seed", str(SMOKE_SEED), "--minutes", "3",
                "--no-plot", "--results", str(tmp_path), "--work-dir", str(tmp_path / "work")]
     run = subprocess.run(command, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
@@ -90,7 +90,7 @@ def test_a_three_minute_chaos_smoke_passes_every_verifier(tmp_path):
 
 
 def test_open_transactions_are_read_from_kafkas_transactions_tool(kafka):
-    from pyspark_eos.testing.chaos.verifiers import open_transactions, transactions
+    from devtools.chaos.verifiers import open_transactions, transactions
 
     from .kafka_tools import create_topic, transactional_producer, unique_name
 

@@ -1,9 +1,11 @@
 """Shipping eos-kafka to a Spark job with a real ``spark-submit`` (the script of a pip-installed
 PySpark) against the embedded broker, beyond what docs/deployment.md runs: its page test
 (test_docs.py) already runs each way the page shows (the pip-installed wheel, ``--py-files``,
-``--packages``) in ``local[2]`` on a Python without the package. Here, ``--packages`` on two
-executors, with the driver and each executor's Python workers reporting where they imported the
-package from, and the error a Python without confluent-kafka gets.
+``--packages``) in ``local[2]`` on a Python without the package. Here, what the artifacts hold
+(the runtime and its test kit with the conf/ files it reads, none of the project's tooling), the
+kit's embedded broker run from the unzipped wheel alone, ``--packages`` on two executors, with the
+driver and each executor's Python workers reporting where they imported the package from, and the
+error a Python without confluent-kafka gets.
 """
 from __future__ import annotations
 
@@ -11,18 +13,28 @@ import json
 import os
 import re
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from pyspark_eos.testing.distribution import MAVEN_COORDINATES, built
+from devtools.distribution import MAVEN_COORDINATES, built
 from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER
-from pyspark_eos.testing.project_files import conf_dir
+from pyspark_eos.testing.maven_jars import KAFKA_BROKER
+from pyspark_eos.testing.project_files import CACHE_DIR_ENV, CONF_DIR_ENV, PACKAGED_CONF_FILES, cache_dir, conf_dir
 
 from .spark_tools import Pipeline
 from .virtualenvs import CHECKOUT, RUNTIME, pinned, virtualenv
 
 SUBMIT_JOB = CHECKOUT / "tests" / "submit_job.py"
+# The test kit the artifacts ship beside the runtime: pyspark_eos/testing/<module>.py, and the
+# files of conf/ it reads in pyspark_eos/testing/conf/.
+TEST_KIT = ("__init__", "embedded_kafka", "fault_injection", "local_spark", "maven_jars", "output_check", "project_files")
+KIT_CONF = ("broker-log4j2.properties", "kafka-broker-pom.xml", "server.properties", "spark-log4j2.properties")
+# The project's own tooling (devtools/, examples/, tests/, benchmarks/): never in an artifact.
+TOOLING = {"devtools", "examples", "tests", "benchmarks", "chaos", "distribution", "example_pipeline",
+           "exactly_once_pipeline", "processes", "python_logging", "sitecustomize"}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +72,127 @@ def assert_imported_from(outcome: dict, archive: str, executors: int = 1) -> Non
     assert archive in outcome["driver"], outcome
     assert all(archive in path for _, path in outcome["executors"]), outcome
     assert len({executor for executor, _ in outcome["executors"]}) == executors, outcome
+
+
+def test_the_artifacts_ship_the_runtime_and_the_test_kit_and_no_tooling(dist):
+    package = CHECKOUT / "pyspark_eos"
+    runtime = sorted(path.relative_to(CHECKOUT).as_posix() for path in package.rglob("*.py")
+                     if "__pycache__" not in path.parts and path.relative_to(package).parts[0] != "testing")
+    kit = sorted([f"pyspark_eos/testing/{module}.py" for module in TEST_KIT]
+                 + [f"pyspark_eos/testing/conf/{name}" for name in KIT_CONF])
+    assert sorted(PACKAGED_CONF_FILES) == list(KIT_CONF)
+    with zipfile.ZipFile(dist.wheel) as wheel:
+        names = wheel.namelist()
+        (top_level,) = [name for name in names if name.endswith(".dist-info/top_level.txt")]
+        assert wheel.read(top_level).decode().split() == ["pyspark_eos"]
+    modules = sorted(name for name in names if ".dist-info/" not in name)
+    assert len(runtime) > 25 and "pyspark_eos/__init__.py" in runtime
+    assert [name for name in modules if not name.startswith("pyspark_eos/testing/")] == runtime
+    assert [name for name in modules if name.startswith("pyspark_eos/testing/")] == kit
+    assert [name for name in names if TOOLING & {part.removesuffix(".py") for part in name.split("/")}] == []
+    # --py-files and --packages ship the same files as the wheel; the conf/ files are the checkout's
+    for archive in (dist.wheel, dist.zip, dist.jar):
+        with zipfile.ZipFile(archive) as shipped:
+            assert sorted(name for name in shipped.namelist()
+                          if name != "META-INF/MANIFEST.MF" and ".dist-info/" not in name) == modules, archive
+            for name in KIT_CONF:
+                assert shipped.read(f"pyspark_eos/testing/conf/{name}") == (CHECKOUT / "conf" / name).read_bytes()
+
+
+# Run by a Python that imports eos-kafka from the unzipped wheel: one broker, a topic, one record
+# produced and read back. Prints where the package, its conf/ and the broker jars came from.
+BROKER_FROM_THE_WHEEL = """
+import json, sys, time
+from pathlib import Path
+from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING
+import pyspark_eos
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
+from pyspark_eos.testing.maven_jars import KAFKA_BROKER
+from pyspark_eos.testing.project_files import cache_dir, conf_dir
+
+with EmbeddedKafkaCluster(nodes=1, directory=sys.argv[1]) as kafka:
+    topic = create_topic(kafka.bootstrap_servers, "from-the-wheel")
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(topic, b"a record", partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "from-the-wheel",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    deadline, values = time.monotonic() + 30, []
+    while not values and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.append(message.value().decode())
+    consumer.close()
+    broker_java = Path(f"/proc/{kafka.pids[1]}/cmdline").read_bytes().decode().split(chr(0))
+print(json.dumps({"package": pyspark_eos.__file__, "conf": str(conf_dir()), "pom": str(KAFKA_BROKER.pom_path()),
+                  "jars": str(KAFKA_BROKER.directory()), "cache": str(cache_dir()), "values": values,
+                  "log4j": [a for a in broker_java if a.startswith("-Dlog4j2.configurationFile=")]}))
+"""
+
+
+def installed_copy_env(path: Path, **env: str) -> dict[str, str]:
+    """The environment of a Python that imports eos-kafka from ``path`` (ahead of the checkout,
+    which the editable install's .pth entry puts on sys.path after it)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", CONF_DIR_ENV, CACHE_DIR_ENV)}
+    return {**base, "PYTHONPATH": str(path), **env}
+
+
+def test_the_embedded_broker_runs_from_the_unzipped_wheel(dist, tmp_path):
+    unzipped = tmp_path / "wheel"
+    with zipfile.ZipFile(dist.wheel) as wheel:
+        wheel.extractall(unzipped)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    # The checkout's jar cache: the wheel's pom is the checkout's, so its jars are there already.
+    env = installed_copy_env(unzipped, **{CACHE_DIR_ENV: str(cache_dir())})
+    result = subprocess.run([sys.executable, "-c", BROKER_FROM_THE_WHEEL, str(tmp_path / "kafka")],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    shipped_conf = unzipped / "pyspark_eos" / "testing" / "conf"
+    assert outcome["values"] == ["a record"]
+    assert Path(outcome["package"]) == unzipped / "pyspark_eos" / "__init__.py"
+    assert Path(outcome["conf"]) == shipped_conf
+    assert Path(outcome["pom"]) == shipped_conf / "kafka-broker-pom.xml"
+    assert outcome["log4j"] == [f"-Dlog4j2.configurationFile={shipped_conf / 'broker-log4j2.properties'}"]
+    assert Path(outcome["cache"]) == cache_dir()
+    assert Path(outcome["jars"]) == KAFKA_BROKER.directory()  # the same pom: no second download
+
+
+WHERE_FROM = """
+import json
+import pyspark_eos
+from pyspark_eos.testing.project_files import cache_dir, conf_dir
+print(json.dumps({"package": pyspark_eos.__file__, "conf": str(conf_dir()), "cache": str(cache_dir())}))
+"""
+
+
+@pytest.mark.parametrize("artifact", ["wheel", "zip"])
+def test_an_installed_copy_reads_its_own_conf_and_caches_per_user(dist, tmp_path, artifact):
+    """Without EOS_KAFKA_CACHE_DIR, outside a checkout, the cache is $XDG_CACHE_HOME/eos-kafka; from
+    a zip (--py-files), the packaged conf/ files are copied out into it for Java and Maven to read."""
+    if artifact == "wheel":
+        path = tmp_path / "wheel"
+        with zipfile.ZipFile(dist.wheel) as wheel:
+            wheel.extractall(path)
+    else:
+        path = dist.zip
+    xdg = tmp_path / "xdg-cache"
+    result = subprocess.run([sys.executable, "-c", WHERE_FROM], cwd=tmp_path, capture_output=True, text=True,
+                            env=installed_copy_env(path, XDG_CACHE_HOME=str(xdg)), timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["package"].startswith(f"{path}/"), outcome
+    assert Path(outcome["cache"]) == xdg / "eos-kafka"
+    conf = Path(outcome["conf"])
+    if artifact == "wheel":
+        assert conf == path / "pyspark_eos" / "testing" / "conf"
+    else:
+        assert conf.parent == xdg / "eos-kafka" / "packaged-conf"
+    assert sorted(p.name for p in conf.iterdir()) == list(KIT_CONF)
+    for name in KIT_CONF:
+        assert (conf / name).read_bytes() == (CHECKOUT / "conf" / name).read_bytes()
 
 
 @pytest.mark.spark_local_cluster

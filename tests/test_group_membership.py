@@ -8,7 +8,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pyspark_eos.errors import FencedError
 from pyspark_eos.source.batch_reader import KafkaBatchReader
-from pyspark_eos.source.group_membership import instance_id_for, parse_group_metadata
+from pyspark_eos.kafka.group_metadata import parse_group_metadata
+from pyspark_eos.source.group_membership import instance_id_for
 from pyspark_eos.source.micro_batch_stream import KafkaMicroBatchStream
 from pyspark_eos.source.options import SourceOptions
 

@@ -13,7 +13,7 @@ from pyspark.errors import StreamingQueryException
 
 from pyspark_eos.errors import PendingTransactionError
 from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
-from pyspark_eos.kafka.retries import Backoff
+from pyspark_eos.kafka.backoff import Backoff
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
 

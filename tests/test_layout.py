@@ -1,5 +1,6 @@
-"""The package's tree is its architecture: the runtime (source, sink, kafka) never loads the
-project's test tooling (testing/), and faults reach the runtime only through kafka.fault_hooks."""
+"""The package's tree is its architecture: the runtime (source, sink, protocol, kafka) never
+loads the project's test tooling (testing/), each part imports only the parts below it, and
+faults reach the runtime only through kafka.fault_hooks."""
 from __future__ import annotations
 
 import ast
@@ -43,7 +44,41 @@ def test_no_runtime_module_imports_the_test_tooling():
                  for path in RUNTIME_FILES}
     assert {path: names for path, names in offenders.items() if names} == {}
     # the check itself sees a relative import of testing/ (as the commit path once had)
-    assert "pyspark_eos.testing.fault_injection" in _imported_modules(PACKAGE / "testing" / "example_pipeline.py")
+    assert "pyspark_eos.testing.maven_jars" in _imported_modules(PACKAGE / "testing" / "embedded_kafka.py")
+
+
+# Which parts of the package each part may import: kafka <- protocol <- {source, sink} <- the data
+# source and the operator tools. The top-level modules (the data source, registration) may
+# import any runtime part.
+ALLOWED_IMPORTS = {
+    "errors": set(),
+    "kafka": {"errors"},
+    "protocol": {"kafka", "errors"},
+    "source": {"protocol", "kafka", "errors"},
+    "sink": {"protocol", "kafka", "errors"},
+    "operator": {"protocol", "kafka", "errors"},
+}
+
+
+def _part(module: str) -> str:
+    """The part of the package a module belongs to: its first name below pyspark_eos."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_each_part_imports_only_the_parts_below_it():
+    crossings = {}
+    for path in RUNTIME_FILES:
+        part = _part(".".join(("pyspark_eos", *path.relative_to(PACKAGE).with_suffix("").parts)))
+        if part not in ALLOWED_IMPORTS:
+            continue
+        imported = {_part(name) for name in _imported_modules(path) if name.startswith("pyspark_eos.")}
+        if imported - ALLOWED_IMPORTS[part] - {part}:
+            crossings[str(path.relative_to(PACKAGE))] = sorted(imported - ALLOWED_IMPORTS[part] - {part})
+    assert crossings == {}
+    # every part of the tree is in the table, and each has modules the check read
+    parts = {_part(".".join(("pyspark_eos", *p.relative_to(PACKAGE).parts))) for p in RUNTIME_FILES if p.parent != PACKAGE}
+    assert parts == set(ALLOWED_IMPORTS) - {"errors"}
 
 
 def test_importing_every_runtime_module_loads_no_testing_module():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pyspark_eos.errors import DataLossError
-from pyspark_eos.source.offset_planning import OffsetRange
+from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.source.partition_reader import (PREFETCH_RECORDS, ReaderSettings, _with_prefetch, consumer_config,
                                                  read_range, read_ranges)
 

@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from pyspark_eos.source.group_membership import GroupStamp
+from pyspark_eos.protocol.claims_records import parse_record
+from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs, executor_logs
@@ -30,8 +31,8 @@ def recorded_generations(bootstrap: str, group: str) -> list[int]:
     generations = []
     try:
         while (message := consumer.poll(5)) is not None and message.error() is None:
-            stamp = GroupStamp.from_record(message.value())
-            if stamp is not None and stamp.group_id == group:
+            stamp = parse_record(message.value(), message.offset())
+            if isinstance(stamp, GroupStamp) and stamp.group_id == group:
                 generations.append(stamp.generation)
     finally:
         consumer.close()

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.sink.transactional_writer import EosKafkaCommitMessage
+from pyspark_eos.sink.commit_decision import TaskOutcome
 from pyspark_eos.sink.writer import EosKafkaBatchWriter, EosKafkaStreamWriter
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
@@ -166,7 +167,7 @@ def test_a_batch_that_fails_partway_keeps_its_committed_tasks_and_its_replay_wri
 
 def commit_message(task: int, records: int) -> EosKafkaCommitMessage:
     return EosKafkaCommitMessage(f"batch 4, task {task} (attempt {task})", f"eos-kafka.g.driver.{task}", records,
-                                 "committed", "")
+                                 TaskOutcome.COMMITTED, "")
 
 
 @pytest.mark.parametrize("group, writer, abort_args, expected", [

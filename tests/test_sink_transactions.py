@@ -8,14 +8,14 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from pyspark_eos.sink.attempt_fencing import ClaimsLog
-from pyspark_eos.sink.commit_offsets import partition_metadata
+from pyspark_eos.protocol.claims_log import ClaimsLog
+from pyspark_eos.sink.commit_decision import partition_metadata
 from pyspark_eos.errors import UnassignedPartitionError
 from pyspark_eos.source.group_membership import GroupMembership
-from pyspark_eos.source.offset_planning import OffsetRange
+from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
-from pyspark_eos.sink.provenance import Provenance, record_read
+from pyspark_eos.protocol.handover import Provenance, record_read
 from pyspark_eos.sink.records import KafkaRecord, columns_from_records
 from pyspark_eos.sink.transactional_writer import write_task
 from pyspark_eos.testing import fault_injection as faults
@@ -46,20 +46,14 @@ def ids_per_worker_slot(ids: set[str], prefix: str, group: str, topic: str) -> N
     assert 2 <= len(ids) < INPUT_PARTITIONS, ids
 
 
-def ids_per_input_partition(ids: set[str], prefix: str, group: str, topic: str) -> None:
-    # The pre-KIP-447 design: one id per input partition, whichever worker writes it.
-    assert ids == {f"{prefix}.{group}.{topic}-{partition}" for partition in range(INPUT_PARTITIONS)}
-
-
-@pytest.mark.parametrize("id_per, check_ids", [("slot", ids_per_worker_slot), ("partition", ids_per_input_partition)])
-def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, tmp_path, id_per, check_ids):
+def test_transactional_ids_per_worker_slot(spark, kafka, tmp_path):
     bootstrap = kafka.bootstrap_servers
     source = create_topic(bootstrap, unique_name("wide"), partitions=INPUT_PARTITIONS)
     sink = create_topic(bootstrap, unique_name("out"))
     write_transactions(bootstrap, source, mixed_transactions(partitions=INPUT_PARTITIONS, rounds=5))
     prefix, group = unique_name("ids"), unique_name("g")
     writer = eos_pipeline(spark, bootstrap, source, sink, group,
-                          sink_options={"transactionalIdPrefix": prefix, "transactionalIdPer": id_per},
+                          sink_options={"transactionalIdPrefix": prefix},
                           startingOffsets="earliest", maxOffsetsPerTrigger=24, minRecordsPerPartition=1)
 
     def another_task_committed() -> bool:  # task 0 cannot have: it is stalled before producing
@@ -77,7 +71,7 @@ def test_transactional_ids_per_worker_slot_or_per_input_partition(spark, kafka, 
         assert query.isActive, "the query ended before two of its tasks were seen writing at once"
     assert query.awaitTermination(300)
     assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # 8 tasks per batch
-    check_ids(transactional_ids(bootstrap, prefix), prefix, group, source)
+    ids_per_worker_slot(transactional_ids(bootstrap, prefix), prefix, group, source)
     written = sorted(r.value for r in read_committed(bootstrap, sink))
     assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=INPUT_PARTITIONS))
     assert len(written) == 3 * INPUT_PARTITIONS * 2  # rounds 0, 2 and 3 of 5 committed, 2 records per partition

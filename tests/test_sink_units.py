@@ -1,4 +1,5 @@
-"""Pure logic of the sink: options, input columns, and the commit decision (no broker)."""
+"""Pure logic of the sink: options, input columns, the commit plan (no broker); the decisions are
+in test_protocol_decisions."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,18 +7,16 @@ import dataclasses
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from pyspark_eos.sink.commit_offsets import CommitPlan, Decision, commit_plan, decide, partition_metadata
-from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministicReplayError, OffsetMismatchError,
-                                ProvenanceError, StaleAttemptError)
-from pyspark_eos.source.group_membership import GroupStamp
-from pyspark_eos.kafka.group_offsets import Committed
-from pyspark_eos.source.offset_planning import OffsetRange
-from pyspark_eos.sink.attempt_fencing import FencingPlan
+from pyspark_eos.sink.commit_decision import CommitPlan, commit_plan
+from pyspark_eos.errors import ConfigurationError, FencedError, ProvenanceError
+from pyspark_eos.protocol.claims_records import parse_record, stamp_value
+from pyspark_eos.protocol.group_stamp import GroupStamp
+from pyspark_eos.protocol.offset_range import OffsetRange
+from pyspark_eos.protocol.claims_log import PlanRecord
 from pyspark_eos.sink.options import SinkOptions
-from pyspark_eos.sink.provenance import Provenance
+from pyspark_eos.protocol.handover import Provenance
 from pyspark_eos.sink.records import RecordColumns, check_sink_schema
-from pyspark_eos.sink.task_progress import (NEVER, ProgressKey, RecordDigest, committed_plan, decide_progress,
-                                            group_metadata, progress_metadata)
+from pyspark_eos.sink.task_progress import RecordDigest, group_metadata
 
 STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
 PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))
@@ -68,31 +67,6 @@ def test_good_input_columns_pass():
                              ("partition", IntegerType()), ("other", LongType())), None)
 
 
-def test_commit_decision_replay_go_or_mismatch():
-    def at(o0, o1):
-        return {("t", 0): Committed(o0, ""), ("t", 1): Committed(o1, "")}
-
-    assert decide(PLAN, at(10, 5)) is Decision.COMMIT
-    assert decide(PLAN, at(None, None)) is Decision.COMMIT
-    assert decide(PLAN, at(20, 6)) is Decision.ALREADY_COMMITTED
-    for committed in (at(20, 5), at(12, 5), at(30, 6)):
-        with pytest.raises(OffsetMismatchError, match=r"t-0@\d+, t-1@\d+ but this task read t-0\[10,20\)"):
-            decide(PLAN, committed)
-
-
-def test_a_mismatch_with_offsets_another_query_committed_names_the_other_instance():
-    theirs = partition_metadata(3, "7", "their-query")
-    committed = {("t", 0): Committed(27, theirs), ("t", 1): Committed(5, theirs)}
-    with pytest.raises(FencedError, match=r"another streaming query \(id their-query\), not by this one \(id our-query\)"):
-        decide(PLAN, committed, "our-query")
-    with pytest.raises(OffsetMismatchError):  # this query's own offsets, or a batch write's: the checkpoint disagrees
-        decide(PLAN, {("t", 0): Committed(27, partition_metadata(3, "7", "our-query")), ("t", 1): Committed(5, "")},
-               "our-query")
-    with pytest.raises(OffsetMismatchError):
-        decide(PLAN, committed, None)
-    assert decide(PLAN, {("t", 0): Committed(10, theirs), ("t", 1): Committed(5, theirs)}, "our-query") is Decision.COMMIT
-
-
 def test_commit_plan_needs_provenance_and_one_group():
     with pytest.raises(ProvenanceError, match="shuffle"):
         commit_plan([], "g")
@@ -122,43 +96,46 @@ class _Client:
 
 @pytest.fixture
 def worker_pool(monkeypatch):
-    """The sink's per-worker pool, empty, on a clock the test moves; and a way to fill it."""
-    from pyspark_eos.sink import producer_pool
+    """What a worker holds for the sink, empty, on a clock the test moves; and a way to fill it."""
+    from pyspark_eos.sink import producer_pool, worker_resources
 
     now = [0.0]
-    for name, value in (("_producers", {}), ("_clients", {}), ("_last_used", {}), ("_clock", lambda: now[0])):
-        monkeypatch.setattr(producer_pool, name, value)
+    monkeypatch.setattr(worker_resources, "_held", {})
+    monkeypatch.setattr(worker_resources, "_clock", lambda: now[0])
 
     def configuration(prefix: str):
         options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "transactionalIdPrefix": prefix})
-        producer, admin = _Client(), _Client()
-        producer_pool._producers[producer_pool._producer_key(options, None)] = producer_pool.WorkerProducer(
-            f"{prefix}.0", producer, 1, 0)
-        producer_pool.worker_client(options, "admin", lambda: admin)
-        return options, (producer, admin)
+        producer, admin, claims = _Client(), _Client(), _Client()
+        held = worker_resources.held_for(options)
+        held.client(producer_pool.PRODUCER, lambda: producer_pool.WorkerProducer(f"{prefix}.0", producer, 1, 0))
+        held.client("admin", lambda: admin)
+        held.client("claims", lambda: claims)
+        held.fact("existing topics", lambda: {"t"})
+        return options, (producer, admin, claims)
 
-    return producer_pool, now, configuration
+    return worker_resources, producer_pool, now, configuration
 
 
 def test_a_workers_clients_of_a_sink_configuration_idle_for_two_minutes_are_closed(worker_pool):
-    pool, now, configuration = worker_pool
+    held, pool, now, configuration = worker_pool
     (old, old_clients), (new, new_clients) = configuration("old"), configuration("new")
-    pool.close_idle_configurations(old)
+    held.use(old)
     now[0] = 60.0
-    pool.close_idle_configurations(new)
-    now[0] = pool.IDLE_CLOSE_S + 1  # old: idle past the limit; new: used 61 s ago
-    pool.close_idle_configurations(new)
-    assert [c.closed for c in old_clients] == [True, True]
-    assert [c.closed for c in new_clients] == [False, False]
+    held.use(new)
+    now[0] = held.IDLE_CLOSE_S + 1  # old: idle past the limit; new: used 61 s ago
+    held.use(new)
+    assert [c.closed for c in old_clients] == [True, True, True]
+    assert [c.closed for c in new_clients] == [False, False, False]
     assert pool.cached_slot(old) is None and pool.cached_slot(new) == 0
+    assert held.held_for(old).facts == {} and held.held_for(new).facts == {"existing topics": {"t"}}
 
 
 def test_a_worker_keeps_the_clients_of_its_four_most_recently_used_sink_configurations(worker_pool):
-    pool, now, configuration = worker_pool
+    held, _, now, configuration = worker_pool
     configurations = [configuration(f"q{i}") for i in range(6)]
     for options, _ in configurations[:4] + configurations[:1] + configurations[4:]:  # q0 used again after q3
         now[0] += 1
-        pool.close_idle_configurations(options)
+        held.use(options)
     closed = [name for name, (_, clients) in zip("012345", configurations) if all(c.closed for c in clients)]
     assert closed == ["1", "2"]
 
@@ -197,7 +174,7 @@ def test_a_record_refused_for_a_full_queue_is_sent_once_and_a_refused_retry_name
 
 
 def test_closing_an_idle_client_never_fails_the_task_that_closes_it(caplog):
-    from pyspark_eos.sink.producer_pool import close_client
+    from pyspark_eos.kafka.clients import close_client
 
     class Broken:
         purged = False
@@ -215,31 +192,31 @@ def test_closing_an_idle_client_never_fails_the_task_that_closes_it(caplog):
 
 
 def test_a_generation_stamp_survives_its_claims_topic_record():
-    stamp = dataclasses.replace(STAMP, metadata=b"CGMDv2:\x03\x00\x00\x00g\x00m\x00\x00i\x00", membership="run-1")
-    assert GroupStamp.from_record(stamp.to_record()) == stamp
-    assert GroupStamp.from_record(b'{"kind": "claim", "group": "g"}') is None
-    assert GroupStamp.from_record(b"not json") is None
+    stamp = dataclasses.replace(STAMP, metadata=b"CGMDv2:\x03\x00\x00\x00g\x00m\x00\x00i\x00", run_token="run-1")
+    assert parse_record(stamp_value(stamp), 7) == stamp
+    assert parse_record(b'{"kind": "claim", "group": "g"}', 8) is None  # a claim without its fields
+    assert parse_record(b"not json", 9) is None
 
 
 def test_a_plan_commits_under_the_newest_generation_of_its_own_membership_only():
-    planned = dataclasses.replace(STAMP, membership="run-1")
+    planned = dataclasses.replace(STAMP, run_token="run-1")
     plan = CommitPlan(((planned, PLAN.ranges),))
     newer = dataclasses.replace(planned, generation=5, metadata=b"CGMDv2:5")
     newest = dataclasses.replace(planned, generation=6, metadata=b"CGMDv2:6")
-    other_instance = dataclasses.replace(planned, generation=9, membership="run-2")
+    other_instance = dataclasses.replace(planned, generation=9, run_token="run-2")
     older = dataclasses.replace(planned, generation=2)
     assert plan.restamped([newer, other_instance, newest, older]).by_member[0][0] == newest
     assert plan.restamped([other_instance, older]).by_member[0][0] == planned
     assert plan.restamped([dataclasses.replace(newer, group_id="other")]).by_member[0][0] == planned
-    untokened = CommitPlan(((dataclasses.replace(planned, membership=""), PLAN.ranges),))
-    assert untokened.restamped([dataclasses.replace(newer, membership="")]).by_member[0][0].generation == \
+    untokened = CommitPlan(((dataclasses.replace(planned, run_token=""), PLAN.ranges),))
+    assert untokened.restamped([dataclasses.replace(newer, run_token="")]).by_member[0][0].generation == \
         planned.generation
 
 
 def test_a_task_hands_its_plans_membership_over_to_its_writer():
-    from pyspark_eos.sink.provenance import _from_json, _to_json
+    from pyspark_eos.protocol.handover import _from_json, _to_json
 
-    provenance = Provenance(PLAN.ranges, dataclasses.replace(STAMP, membership="run-1"))
+    provenance = Provenance(PLAN.ranges, dataclasses.replace(STAMP, run_token="run-1"))
     assert _from_json(_to_json(provenance)) == provenance
 
 
@@ -295,36 +272,19 @@ def _digest(chunks) -> RecordDigest:
 
 
 def test_a_progress_plan_reads_claims_from_its_lookback_but_not_before_the_tasks_last_committed_plan():
-    assert FencingPlan("claims", 50).reading_start(30) == 50  # a plan of input offsets: its own record
-    lookback = FencingPlan("claims", 50, since=20)
+    assert PlanRecord("claims", 50).reading_start(30) == 50  # a plan of input offsets: its own record
+    lookback = PlanRecord("claims", 50, since=20)
     assert lookback.reading_start() == 20
     assert lookback.reading_start(30) == 30  # the task committed under plan 30: older claims were fenced
     assert lookback.reading_start(10) == 20  # claims before the lookback belong to aborted transactions
     assert lookback.reading_start(60) == 50  # never after the plan's own record
 
 
-def test_progress_commits_a_new_batch_skips_a_replay_and_refuses_an_older_or_different_one():
-    key = ProgressKey("eos-kafka", "q-1", 3, "claims")
-    assert key.group_id == "eos-kafka.progress.q-1.3" and key.partition == ("claims", 0)
-    digest = _digest([_columns([b"a", b"b"])])
-    stored = Committed(8, progress_metadata(7, "q-1", digest, FencingPlan("claims", 42)))
-    assert committed_plan(stored) == 42 and committed_plan(NEVER) is None
-    assert committed_plan(Committed(8, '{"batch":7}')) is None  # committed before progress named its plan
-    assert decide_progress(7, NEVER, digest, "task 3") is Decision.COMMIT
-    assert decide_progress(8, stored, digest, "task 3") is Decision.COMMIT  # the next batch
-    assert decide_progress(12, stored, digest, "task 3") is Decision.COMMIT  # no task 3 in batches 8-11
-    assert decide_progress(7, stored, digest, "task 3") is Decision.ALREADY_COMMITTED  # a replay
-    with pytest.raises(NonDeterministicReplayError, match=r"task 3: batch 7 was written before with 2 record\(s\) "
-                       r"\(checksum [0-9a-f]{16}\), and its replay has 1 .*not deterministic"):
-        decide_progress(7, stored, _digest([_columns([b"a"])]), "task 3")
-    with pytest.raises(StaleAttemptError, match="already written batch 7 of the query, after batch 6"):
-        decide_progress(6, stored, digest, "task 3")
-
-
 def test_a_progress_groups_metadata_is_a_memberless_consumers():
-    from pyspark_eos.source.group_membership import parse_group_metadata
+    from pyspark_eos.kafka.group_metadata import parse_group_metadata
 
-    metadata = group_metadata("eos-kafka.progress.q.0", "127.0.0.1:9", {})
+    options = SinkOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"})
+    metadata = group_metadata("eos-kafka.progress.q.0", options)
     assert parse_group_metadata(metadata) == (-1, "eos-kafka.progress.q.0", "", None)
 
 
@@ -332,7 +292,7 @@ def test_a_claims_producer_that_failed_in_the_background_fails_the_first_append_
     import time
 
     from pyspark_eos.errors import KafkaClientError
-    from pyspark_eos.sink import attempt_fencing
+    from pyspark_eos.protocol import claims_log
 
     causes = iter([KafkaClientError("the claims topic may not be created: the principal lacks CREATE"),
                    KafkaClientError("tried again")])
@@ -342,8 +302,8 @@ def test_a_claims_producer_that_failed_in_the_background_fails_the_first_append_
         tries.append(args)
         raise next(causes)
 
-    monkeypatch.setattr(attempt_fencing, "ensure_claims_topic", refused)
-    claims = attempt_fencing.ClaimsLog("127.0.0.1:9", {}, "claims")
+    monkeypatch.setattr(claims_log, "ensure_claims_topic", refused)
+    claims = claims_log.ClaimsLog("127.0.0.1:9", {}, "claims")
     claims.prepare()
     deadline = time.monotonic() + 10
     while claims._prepare_error is None and time.monotonic() < deadline:

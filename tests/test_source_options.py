@@ -112,3 +112,19 @@ def test_a_schema_may_name_some_kafka_columns_in_any_order():
         read_columns(schema(("value", StringType())), include_headers=False)
     with pytest.raises(ConfigurationError, match="it has no column headers"):
         read_columns(schema(("headers", HEADERS_TYPE)), include_headers=False)
+
+
+def test_min_partitions_is_the_fewest_tasks_and_the_planners_cores_without_it(monkeypatch):
+    import os
+
+    from pyspark_eos.source.planner import SourcePlanner
+
+    assert parse().min_partitions is None and parse(minPartitions="6").min_partitions == 6
+    with pytest.raises(ConfigurationError, match="minPartitions='0' must be a positive whole number"):
+        parse(minPartitions="0")
+    planner = SourcePlanner.__new__(SourcePlanner)  # the property reads the options only: no clients
+    planner.options = parse(minPartitions="6")
+    assert planner.min_tasks == 6
+    planner.options = parse()
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert planner.min_tasks == 3

@@ -40,7 +40,7 @@ def worker_facts(_):
     import os
     import sys
 
-    from pyspark_eos.sink.executor_identity import executor_id
+    from pyspark_eos.protocol.executor_identity import executor_id
 
     return [(executor_id(), sys.executable, os.getpid())]
 

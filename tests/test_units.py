@@ -5,7 +5,7 @@ import pytest
 
 from pyspark_eos.testing.embedded_kafka import free_ports, random_cluster_id
 from pyspark_eos.errors import ConfigurationError, EosKafkaError
-from pyspark_eos.sink.executor_identity import DRIVER, executor_id
+from pyspark_eos.protocol.executor_identity import DRIVER, executor_id
 from pyspark_eos.kafka.options import parse_bool
 
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from ..errors import ConfigurationError, KafkaClientError
 from .options import local_files_refused
-from .retries import error_code
+from .backoff import error_code
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ def connected(producer, servers: str, timeout_s: float, topic: str | None = None
 
     Sent before any broker connection of a new producer is up, that request (init_transactions, or
     an idempotent producer's first record, which needs a producer id) waits for librdkafka's next
-    try 500 ms later: init_transactions took ~510 ms in half the cases and a first record ~510 ms,
-    against ~64 ms each after this request. A query's start pays it for every worker's producer."""
+    try, on a 500 ms timer. A query's start would pay it for every worker's producer
+    (benchmarks/JOURNAL.md)."""
     list_topics(producer, servers, timeout_s, topic)
     return producer
 

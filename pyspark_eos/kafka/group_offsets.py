@@ -22,7 +22,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 
 from ..errors import KafkaClientError, PendingTransactionError
 from . import fault_hooks as faults
-from .retries import Backoff, error_code, is_retriable
+from .backoff import Backoff, error_code, is_retriable
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,8 @@ confluent-kafka, our cached producer and clients. ``gc.freeze()`` moves the obje
 that moment to a permanent generation the collector skips. It runs when a task starts, after the
 heavy imports, and again only when the worker has imported modules since it last froze: PySpark
 imports pandas (with numpy.random, dateutil: some 350 modules, 34k tracked objects) during a
-worker's first task, after that task froze, and each later task's collection then took 8-16 ms
-of CPU in a running copy instead of about 1 (5 ms against 0 in benchmarks/gc_cost.py's quiet
-process). Freezing at every task would also freeze each task's own objects (at a task's start,
+worker's first task, after that task froze, and each later task's collection then traversed
+them all again (benchmarks/JOURNAL.md). Freezing at every task would also freeze each task's own objects (at a task's start,
 its command and input iterator), and those that become cyclic garbage later would never be
 collected: a worker freezes a few times at most, should some library add a module per task.
 Frozen objects are still freed when their last reference goes.

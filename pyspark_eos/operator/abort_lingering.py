@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..sink.producer_pool import init_transactional_producer
+from ..kafka.clients import init_transactional_producer
 from .status import ClusterAccess, TransactionStatus
 
 log = logging.getLogger(__name__)

@@ -174,7 +174,7 @@ def _partition_status(key, committed: tuple[int, str] | None, pending: bool, las
 
 
 def _stamp(metadata: str) -> dict:
-    """The sink's commit metadata (sink.commit_offsets.partition_metadata); empty if another writer committed."""
+    """The sink's commit metadata (sink.commit_decision.partition_metadata); empty if another writer committed."""
     try:
         stamp = json.loads(metadata)
     except ValueError:

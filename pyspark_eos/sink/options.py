@@ -13,7 +13,7 @@ from ..kafka.options import (DEFAULT_CLAIMS_TOPIC, DEFAULT_CONNECT_TIMEOUT_MS, D
 # ------------------------------------------------------------------------------- the sink
 
 SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "transactionalIdPer", "deliveryGuarantee", "connectTimeoutMs", "claimsTopic", "checkpointLocation",
+                "deliveryGuarantee", "connectTimeoutMs", "claimsTopic", "checkpointLocation",
                 "path")
 
 # As Flink's KafkaSink: exactly-once commits with each task's records either the input offsets it
@@ -21,10 +21,6 @@ SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffse
 # progress (task_progress); at-least-once writes each task in a transaction of its own with
 # neither, so a replayed batch is written again. A write says which one it is, never falls back.
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
-
-# One transactional id per write slot (KIP-447), or per input partition: the older design, where
-# only the partition's own producer may commit its offsets. Kept to measure what KIP-447 saves.
-ID_PER_SLOT, ID_PER_PARTITION = "slot", "partition"
 
 # Kafka client settings the sink sets itself, with why.
 _FORBIDDEN_SINK_KAFKA_PARAMS = {
@@ -45,7 +41,6 @@ class SinkOptions:
     transactional_id_prefix: str
     group_id: str | None
     transaction_timeout_ms: int
-    transactional_id_per: str
     stable_offsets_timeout_ms: int
     kafka: dict[str, str]
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
@@ -82,16 +77,12 @@ class SinkOptions:
         if not prefix:
             raise ConfigurationError("option transactionalIdPrefix is empty; give a name unique to this pipeline")
         topic = parse_topic_name(options, "topic", None)
-        id_per = parse_choice(options, "transactionalIdPer", (ID_PER_SLOT, ID_PER_PARTITION), ID_PER_SLOT)
         guarantee = parse_choice(options, "deliveryGuarantee", (EXACTLY_ONCE, AT_LEAST_ONCE), EXACTLY_ONCE)
         if guarantee == AT_LEAST_ONCE and group_id is not None:
             raise ConfigurationError(
                 "deliveryGuarantee=at-least-once commits no input offsets, but kafka.group.id asks the sink to "
                 f"commit them to consumer group {group_id!r}: drop kafka.group.id for at-least-once, or drop "
                 "deliveryGuarantee (exactly-once is the default)")
-        if id_per == ID_PER_PARTITION and group_id is None:
-            raise ConfigurationError("transactionalIdPer=partition derives ids from the input partitions, which "
-                                     "the sink knows only with kafka.group.id; set it, or use transactionalIdPer=slot")
         return cls(
             bootstrap_servers=bootstrap,
             topic=topic,
@@ -99,7 +90,6 @@ class SinkOptions:
             transactional_id_prefix=prefix,
             group_id=group_id,
             transaction_timeout_ms=timeout,
-            transactional_id_per=id_per,
             stable_offsets_timeout_ms=parse_positive_int(options, "stableOffsetsTimeoutMs",
                                                          timeout + STABLE_OFFSETS_MARGIN_MS),
             kafka=params,

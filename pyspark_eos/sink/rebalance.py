@@ -20,9 +20,9 @@ import logging
 from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import GroupRebalancedError
-from ..source.group_membership import GroupStamp
+from ..protocol.group_stamp import GroupStamp
 from .attempt_fencing import AttemptClaim
-from .commit_offsets import CommitPlan
+from .commit_decision import CommitPlan
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from ..errors import ConfigurationError, EosKafkaError, FencedError, Transaction
 from ..kafka.cluster import create_command, settled_metadata, unknown_topic
 from .options import SinkOptions
 from .producer_pool import admin_for
+from .worker_resources import held_for
 from .records import RecordColumns, SizedRecord, record_size
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,14 @@ _UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 METADATA_TIMEOUT_S = 10.0
 
-# Topics this worker has seen the cluster hold, per sink configuration: each is looked up once.
-_existing_topics: dict[tuple, set[str]] = {}
-
-
 class TopicCheck:
     """Fails a task at once, naming the topic, when its records are addressed to a topic that does
     not exist, rather than after librdkafka's topic.metadata.propagation.max.ms. A topic that
     exists costs one metadata request per worker; after that a set lookup per batch."""
 
     def __init__(self, options: SinkOptions, producer: Producer):
-        self.known = _existing_topics.setdefault((options.bootstrap_servers, tuple(sorted(options.kafka.items()))), set())
+        # Topics this worker has seen the cluster hold: each is looked up once per configuration.
+        self.known = held_for(options).fact("existing topics", set)
         self.producer = producer
         self.bootstrap_servers = options.bootstrap_servers
 

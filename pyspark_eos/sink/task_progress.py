@@ -33,12 +33,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer
 
-from ..errors import NonDeterministicReplayError, StaleAttemptError
 from ..kafka.group_offsets import Committed
-from .attempt_fencing import ClaimsLog, FencingPlan
-from .commit_offsets import NEVER, Decision, stored_metadata
+from ..protocol.claims_log import ClaimsLog, PlanRecord
+from .commit_decision import stored_metadata
 from .options import SinkOptions
 from .records import RecordColumns
+from .worker_resources import held_for
 
 TopicPartitionKey = tuple[str, int]
 _MASK = (1 << 64) - 1
@@ -114,8 +114,8 @@ def _as_bytes(value) -> bytes:
     return b"\xff" if value is None else repr(value).encode()  # None apart from b"": a null is not empty
 
 
-def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest, plan: FencingPlan) -> str:
-    return json.dumps({"batch": batch_id, "query": query_id, **digest.as_json(), "plan": plan.epoch},
+def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest, plan: PlanRecord) -> str:
+    return json.dumps({"batch": batch_id, "query": query_id, **digest.as_json(), "plan": plan.offset},
                       separators=(",", ":"))
 
 
@@ -125,43 +125,18 @@ def committed_plan(committed: Committed) -> int | None:
     return plan if isinstance(plan, int) else None
 
 
-def decide_progress(batch_id: int, committed: Committed, digest: RecordDigest, where: str) -> Decision:
-    done = batch_id + 1
-    if committed.offset is None or committed.offset < done:
-        return Decision.COMMIT
-    if committed.offset > done:
-        raise StaleAttemptError(
-            f"{where}: this task has already written batch {committed.offset - 1} of the query, after batch "
-            f"{batch_id} that this attempt writes: it is a stale attempt (its executor stalled and was declared "
-            "lost, or a speculative copy) and refuses to commit, so the progress never moves back. Nothing to do: "
-            "Spark keeps the newer attempt's output")
-    stored, replay = stored_metadata(committed.metadata), digest.as_json()
-    if (stored.get("records"), stored.get("checksum")) != (replay["records"], replay["checksum"]):
-        raise NonDeterministicReplayError(
-            f"{where}: batch {batch_id} was written before with {stored.get('records')} record(s) (checksum "
-            f"{stored.get('checksum')}), and its replay has {replay['records']} (checksum {replay['checksum']}): "
-            "the query's input or plan is not deterministic (rand(), uuid(), current_timestamp(), a shuffle "
-            "partitioned by such a value, or a source that does not replay the same data), so writing the replay "
-            "could duplicate or lose records. Nothing of the replay was written. Make the plan deterministic "
-            "(seeded functions, partition by a column), or set deliveryGuarantee=at-least-once")
-    return Decision.ALREADY_COMMITTED
-
-
-_group_metadata: dict[str, bytes] = {}
-
-
-def group_metadata(group_id: str, bootstrap_servers: str, kafka_params: dict[str, str]) -> bytes:
+def group_metadata(group_id: str, options: SinkOptions) -> bytes:
     """The consumer-group metadata a transactional producer sends with the group's offsets. The
     sink's progress groups have no members: an unsubscribed consumer's (generation -1) is what the
-    broker takes for them. Made once per group and process (a consumer costs a few ms)."""
-    if group_id not in _group_metadata:
-        consumer = Consumer({**kafka_params, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
+    broker takes for them. Made once per group by each worker (a consumer costs a few ms)."""
+    def learn() -> bytes:
+        consumer = Consumer({**options.kafka, "bootstrap.servers": options.bootstrap_servers, "group.id": group_id,
                              "enable.auto.commit": "false"})
         try:
-            _group_metadata[group_id] = consumer.consumer_group_metadata()
+            return consumer.consumer_group_metadata()
         finally:
             consumer.close()
-    return _group_metadata[group_id]
+    return held_for(options).fact(f"group metadata {group_id}", learn)
 
 
 _claims_logs: dict[tuple, ClaimsLog] = {}
@@ -171,7 +146,7 @@ _claims_logs: dict[tuple, ClaimsLog] = {}
 LOOKBACK_MARGIN_MS = 30_000
 
 
-def open_progress_plan(options: SinkOptions) -> FencingPlan:
+def open_progress_plan(options: SinkOptions) -> PlanRecord:
     """The driver's plan record for one micro-batch's write: Spark builds the writer again for every
     batch, a replayed one too, so a later run's attempts of a task carry a newer plan than any
     zombie of an earlier run (attempt_fencing). One claims producer per driver process."""

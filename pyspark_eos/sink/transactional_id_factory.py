@@ -31,7 +31,7 @@ from itertools import count
 from pathlib import Path
 from typing import Iterator
 
-from .executor_identity import executor_id, executor_local_directory
+from ..protocol.executor_identity import executor_id, executor_local_directory
 
 
 
@@ -110,18 +110,6 @@ def _alive(token: str) -> bool:
     except PermissionError:
         pass
     return True
-
-
-@contextlib.contextmanager
-def lease_input_partition(prefix: str, group_id: str, topic: str, partition: int) -> Iterator[SlotLease]:
-    """The per-input-partition transactional id (transactionalIdPer=partition, benchmarks only).
-
-    Spark runs a partition's task on any worker of any executor, so the id moves between
-    workers: each move fences the previous holder's producer and costs an init_transactions.
-    """
-    directory = slot_directory(prefix, group_id)
-    with _lease(directory / f"partition-{topic}-{partition}.lock", wait=True) as previous:
-        yield SlotLease(f"{prefix}.{group_id}.{topic}-{partition}", -1, previous or "")
 
 
 @contextlib.contextmanager

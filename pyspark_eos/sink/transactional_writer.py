@@ -14,29 +14,31 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
 from ..kafka import fault_hooks as faults
-from .attempt_fencing import AttemptClaim, claim_attempt, fencing_clients_for
-from .commit_offsets import CommitPlan, Decision, check_ownership, commit_plan, decide, partition_metadata
+from .attempt_fencing import AttemptClaim, claim_attempt, claims_clients_for
+from .commit_decision import (NEVER, CommitDecision, CommitPlan, TaskOutcome, commit_plan, decide_input_commit,
+                              decide_progress_commit, partition_metadata)
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
-from ..kafka.group_offsets import fetch_committed_once, fetch_stable_commits
+from ..kafka.group_offsets import Committed, fetch_committed_once, fetch_stable_commits
 from ..kafka.worker_gc import freeze_long_lived_objects
-from .options import ID_PER_PARTITION, SinkOptions
-from .producer_pool import (WorkerProducer, admin_for, cached_slot, close_idle_configurations, delivery_failures,
-                            discard, producer_for)
-from .attempt_fencing import FencingPlan
-from .provenance import collect, release
+from .options import SinkOptions
+from .producer_pool import WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for
+from ..protocol.claims_log import PlanRecord
+from ..protocol.group_stamp import GroupStamp
+from ..protocol.offset_range import TopicPartitionKey
+from ..protocol.handover import collect, release
 from .rebalance import raise_if_rebalanced, under_current_generation
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
-from .task_progress import (NEVER, ProgressKey, RecordDigest, committed_plan, decide_progress,
-                            group_metadata, progress_metadata)
-from .transactional_id_factory import lease_input_partition, lease_slot
+from .task_progress import ProgressKey, RecordDigest, committed_plan, group_metadata, progress_metadata
+from .transactional_id_factory import lease_slot
+from . import worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -73,24 +75,17 @@ class EosKafkaCommitMessage(WriterCommitMessage):
     task: str
     transactional_id: str
     records: int
-    outcome: str
+    outcome: TaskOutcome
     input_ranges: str
 
 
 def write_task(records: Iterable[RecordColumns], options: SinkOptions,
-               progress: FencingPlan | None = None) -> EosKafkaCommitMessage:
-    """``progress``: the batch's plan record when the task commits its own progress (task_progress)."""
+               progress_plan: PlanRecord | None = None) -> EosKafkaCommitMessage:
+    """``progress_plan``: the batch's plan record when the task commits its own progress (task_progress)."""
     freeze_long_lived_objects()
-    close_idle_configurations(options)
-    if options.transactional_id_per == ID_PER_PARTITION:
-        return _write_with_partition_id(iter(records), options)
-    return _write_in_leased_slot(records, options, progress)
-
-
-def _write_in_leased_slot(records: Iterable[RecordColumns], options: SinkOptions,
-                          progress: FencingPlan | None = None) -> EosKafkaCommitMessage:
+    worker_resources.use(options)
     with lease_slot(options.transactional_id_prefix, _id_scope(options), cached_slot(options)) as lease:
-        return _write_in_slot(records, options, producer_for(options, lease), progress=progress)
+        return _write_in_slot(records, options, producer_for(options, lease), progress_plan)
 
 
 def _id_scope(options: SinkOptions) -> str | None:
@@ -101,22 +96,8 @@ def _id_scope(options: SinkOptions) -> str | None:
     return options.group_id or (f"query-{query_id}" if query_id else None)
 
 
-def _write_with_partition_id(records: Iterator[RecordColumns], options: SinkOptions) -> EosKafkaCommitMessage:
-    # The id comes from the input partition, which read() records before yielding its first row:
-    # take one record (or reach the end) to learn it before the transaction begins.
-    first = next(records, None)
-    provenance, _ = collect(TaskInfo.current().task_attempt_id)
-    ranges = [r for p in provenance for r in p.ranges]
-    rows = records if first is None else itertools.chain([first], records)
-    if not ranges:  # nothing read (a shuffle, an empty task): the slot path explains or skips it
-        return _write_in_leased_slot(rows, options)
-    only = ranges[0]
-    with lease_input_partition(options.transactional_id_prefix, options.group_id, only.topic, only.partition) as lease:
-        return _write_in_slot(rows, options, producer_for(options, lease), only_input=only)
-
-
 def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worker: WorkerProducer,
-                   only_input=None, progress: FencingPlan | None = None) -> EosKafkaCommitMessage:
+                   progress_plan: PlanRecord | None = None) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
     delivery = delivery_failures.current = DeliveryErrors()
     files: list = []
@@ -124,15 +105,15 @@ def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worke
     try:
         worker.producer.begin_transaction()
         faults.stall_point(faults.STALL_BEFORE_PRODUCE)
-        digest = RecordDigest() if progress is not None else None
+        digest = RecordDigest() if progress_plan is not None else None
         count = _produce(worker, records, delivery, options, digest)
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
-        if progress is not None:
+        if progress_plan is not None:
             _check_ungrouped_input(provenance)
-            outcome = _commit_progress(worker, options, task, progress, digest, commitment)
+            outcome = _commit_progress(worker, options, task, progress_plan, digest, commitment)
         else:
-            outcome = _commit_input(worker, options, task, provenance, count, delivery, only_input, commitment)
+            outcome = _commit_input(worker, options, task, provenance, count, commitment)
     except Exception as error:
         if _abort(worker, options, error) and commitment.claim is not None:
             commitment.claim.release()
@@ -146,7 +127,7 @@ def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worke
     plan = commitment.plan
     message = EosKafkaCommitMessage(task.describe(), worker.transactional_id, count, outcome,
                                     plan.describe() if plan else "")
-    log.info("%s: %s %d record(s) with %s%s", message.task, outcome, count, worker.transactional_id,
+    log.info("%s: %s %d record(s) with %s%s", message.task, outcome.value, count, worker.transactional_id,
              f", input {message.input_ranges}" if plan else "")
     return message
 
@@ -161,16 +142,27 @@ class _Commitment:
 
 
 def _commit_input(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, provenance: list, count: int,
-                  delivery: DeliveryErrors, only_input, commitment: _Commitment) -> str:
-    commitment.plan = _input_plan(provenance, options, count)
-    if only_input is not None:
-        _check_single_input(commitment.plan, only_input)
-    if commitment.plan is not None:
-        commitment.claim = _claim(options, commitment.plan, task, worker)
-        if commitment.claim is not None:
-            commitment.claim.enforce()
-            commitment.plan = under_current_generation(commitment.plan, commitment.claim, task.describe())
-    return _commit(worker, options, task, commitment.plan, count, delivery, commitment.claim)
+                  commitment: _Commitment) -> TaskOutcome:
+    plan = commitment.plan = _input_plan(provenance, options, count)
+    if plan is None:
+        return _commit_records_only(worker.producer, count)
+    commitment.claim = _enforced(_claim(options, plan, task, worker))
+    if commitment.claim is not None:
+        plan = commitment.plan = under_current_generation(plan, commitment.claim, task.describe())
+    sends = [_OffsetsToSend([TopicPartition(r.topic, r.partition, r.end,
+                                            metadata=partition_metadata(stamp.generation, task.batch_id, task.query_id))
+                             for r in ranges], stamp.metadata, stamp)
+             for stamp, ranges in plan.by_member]
+    return _commit_decided(worker, options, task, _Commit(
+        options.group_id, plan.partitions, lambda committed: decide_input_commit(plan, committed, task.query_id),
+        lambda: sends), commitment.claim)
+
+
+def _enforced(claim: AttemptClaim | None) -> AttemptClaim | None:
+    """The attempt's claim once its fence decision was acted on (model step 4)."""
+    if claim is not None:
+        claim.enforce()
+    return claim
 
 
 def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery: DeliveryErrors,
@@ -231,16 +223,6 @@ def _produce_when_queue_has_room(producer, topic, value, key, partition, headers
             continue
 
 
-def _check_single_input(plan: CommitPlan | None, only_input) -> None:
-    # After a coalesce, later reads of the task record their ranges only once they start: checked
-    # here, with the input exhausted, before anything is committed under the first one's id.
-    read = [r for _, ranges in plan.by_member for r in ranges] if plan else []
-    if read != [only_input]:
-        raise ConfigurationError(f"transactionalIdPer=partition needs exactly one input partition per task; this "
-                                 f"task read {len(read)}: set the source's minRecordsPerPartition to 1 (and no "
-                                 "coalesce), or use transactionalIdPer=slot")
-
-
 def _input_plan(provenance: list, options: SinkOptions, count: int) -> CommitPlan | None:
     if not options.commits_input_offsets or (not provenance and count == 0):
         return None  # no input offsets to commit: a plain transactional sink, or an empty task
@@ -251,34 +233,55 @@ def _claim(options: SinkOptions, plan: CommitPlan, task: TaskInfo, worker: Worke
     if not plan.fencing:
         raise ConfigurationError(f"the input of {task.describe()} was planned without a claims position; "
                                  "the source and the sink must be the same eos-kafka version")
-    return claim_attempt(fencing_clients_for(options), plan.fencing, options.group_id, plan.partitions,
+    return claim_attempt(claims_clients_for(options), plan.fencing, options.group_id, plan.partitions,
                          task.task_attempt_id, task.describe(), worker.transactional_id,
-                         memberships=[stamp.membership for stamp, _ in plan.by_member])
+                         run_tokens=[stamp.run_token for stamp, _ in plan.by_member])
 
 
-def _commit(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, plan: CommitPlan | None,
-            count: int, delivery: DeliveryErrors, claim: AttemptClaim | None = None) -> str:
+@dataclass(frozen=True)
+class _OffsetsToSend:
+    offsets: list[TopicPartition]
+    group_metadata: bytes
+    stamp: GroupStamp | None = None  # the membership they go under: a rebalance refusal names it
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """What a task commits with its records: offsets of ``group_id``, sent when ``decide`` says so."""
+
+    group_id: str
+    partitions: list[TopicPartitionKey]
+    decide: Callable[[dict[TopicPartitionKey, Committed]], CommitDecision]
+    sends: Callable[[], list[_OffsetsToSend]]
+
+
+def _commit_decided(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, commit: _Commit,
+                    claim: AttemptClaim | None) -> TaskOutcome:
+    """The one commit routine (model steps 5 to 8): read the group's offsets stably, decide, send
+    the offsets into the transaction and commit it, or abort it when the batch is in Kafka already."""
     producer = worker.producer
-    if plan is not None:
-        committed = fetch_stable_commits(admin_for(options), options.group_id, plan.partitions,
-                                         options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
-        faults.stall_point(faults.STALL_AFTER_STABLE_READ)
-        check_ownership(plan, committed)
-        if decide(plan, committed, task.query_id) is Decision.ALREADY_COMMITTED:
-            # Spark replays a batch whose Kafka commit happened before its own commit log entry.
-            producer.abort_transaction(COMMIT_TIMEOUT_S)
-            return "skipped (already committed)"
-        for stamp, ranges in plan.by_member:
-            metadata = partition_metadata(stamp.generation, task.batch_id, task.query_id)
-            offsets = [TopicPartition(r.topic, r.partition, r.end, metadata=metadata) for r in ranges]
-            try:
-                _send_offsets(producer, offsets, stamp.metadata, options)
-            except KafkaException as error:
-                raise_if_rebalanced(error, stamp, claim, task.describe())
-                raise
-    elif count == 0:
+    committed = fetch_stable_commits(admin_for(options), commit.group_id, commit.partitions,
+                                     options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
+    faults.stall_point(faults.STALL_AFTER_STABLE_READ)
+    if commit.decide(committed) is CommitDecision.SKIP:
+        # Spark replays a batch whose Kafka commit happened before its own commit log entry.
         producer.abort_transaction(COMMIT_TIMEOUT_S)
-        return "nothing to write"
+        return TaskOutcome.SKIPPED
+    for send in commit.sends():
+        try:
+            _send_offsets(producer, send.offsets, send.group_metadata, options)
+        except KafkaException as error:
+            if send.stamp is not None:
+                raise_if_rebalanced(error, send.stamp, claim, task.describe())
+            raise
+    return _commit_transaction(producer)
+
+
+def _commit_records_only(producer, count: int) -> TaskOutcome:
+    """A task with no offsets to commit: a plain transactional write, or nothing at all."""
+    if count == 0:
+        producer.abort_transaction(COMMIT_TIMEOUT_S)
+        return TaskOutcome.NOTHING_TO_WRITE
     return _commit_transaction(producer)
 
 
@@ -301,33 +304,26 @@ def _progress_key(options: SinkOptions, task: TaskInfo) -> ProgressKey:
     return ProgressKey(options.transactional_id_prefix, task.query_id, task.partition_id, options.claims_topic)
 
 
-def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, progress: FencingPlan,
-                     digest: RecordDigest, commitment: _Commitment) -> str:
+def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, progress_plan: PlanRecord,
+                     digest: RecordDigest, commitment: _Commitment) -> TaskOutcome:
     key = commitment.plan = _progress_key(options, task)
-    producer = worker.producer
     if digest.records == 0:
         # Nothing to make visible and nothing to record: an empty attempt that claimed would open
         # its transaction only when sending its offsets, after its claim (see _deliver).
-        producer.abort_transaction(COMMIT_TIMEOUT_S)
-        return "nothing to write"
-    _deliver(producer, options)
-    commitment.claim = claim_attempt(fencing_clients_for(options), [progress], key.claim_group, key.claim_partitions,
-                                     task.task_attempt_id, task.describe(), worker.transactional_id,
-                                     not_before=_last_committed_plan(options, key))
-    if commitment.claim is not None:
-        commitment.claim.enforce()
-    committed = fetch_stable_commits(admin_for(options), key.group_id, [key.partition],
-                                     options.stable_offsets_timeout_ms, renew=lambda: admin_for(options, renew=True))
-    faults.stall_point(faults.STALL_AFTER_STABLE_READ)
+        return _commit_records_only(worker.producer, 0)
+    _deliver(worker.producer, options)
+    commitment.claim = _enforced(claim_attempt(
+        claims_clients_for(options), [progress_plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
+        task.describe(), worker.transactional_id, not_before=_last_committed_plan(options, key)))
     batch = int(task.batch_id)
-    decision = decide_progress(batch, committed.get(key.partition, NEVER), digest, task.describe())
-    if decision is Decision.ALREADY_COMMITTED:
-        producer.abort_transaction(COMMIT_TIMEOUT_S)
-        return "skipped (already committed)"
-    metadata = progress_metadata(batch, task.query_id, digest, progress)
-    _send_offsets(producer, [TopicPartition(key.topic, 0, batch + 1, metadata=metadata)],
-                  group_metadata(key.group_id, options.bootstrap_servers, options.kafka), options)
-    return _commit_transaction(producer)
+    metadata = progress_metadata(batch, task.query_id, digest, progress_plan)
+    return _commit_decided(worker, options, task, _Commit(
+        key.group_id, [key.partition],
+        lambda committed: decide_progress_commit(batch, committed.get(key.partition, NEVER), digest.as_json(),
+                                                 task.describe()),
+        lambda: [_OffsetsToSend([TopicPartition(key.topic, 0, batch + 1, metadata=metadata)],
+                                group_metadata(key.group_id, options))]),
+        commitment.claim)
 
 
 def _deliver(producer, options: SinkOptions) -> None:
@@ -353,13 +349,13 @@ def _send_offsets(producer, offsets: list[TopicPartition], group_metadata: bytes
                        options.transaction_timeout_ms / 1000, "send_offsets_to_transaction")
 
 
-def _commit_transaction(producer) -> str:
+def _commit_transaction(producer) -> TaskOutcome:
     faults.crash_point(faults.WORKER_BEFORE_COMMIT)
     faults.crash_point(faults.EXECUTOR_BEFORE_COMMIT)
     faults.stall_point(faults.STALL_BEFORE_COMMIT)
     producer.commit_transaction(COMMIT_TIMEOUT_S)
     faults.stall_point(faults.STALL_AFTER_COMMIT)
-    return "committed"
+    return TaskOutcome.COMMITTED
 
 
 def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> bool:

@@ -15,6 +15,7 @@ from pyspark.sql import datasource
 
 from ..kafka import fault_hooks as faults
 from ..errors import EosKafkaError
+from .commit_decision import TaskOutcome
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
 from .task_progress import open_progress_plan
@@ -36,15 +37,15 @@ def _records(writer_base, iterator, options: SinkOptions):
 
 def _summary(messages) -> str:
     done = [m for m in messages if m is not None]
-    outcomes = Counter(m.outcome for m in done)
-    records = sum(m.records for m in done if m.outcome == "committed")
+    outcomes = Counter(m.outcome.value for m in done)
+    records = sum(m.records for m in done if m.outcome is TaskOutcome.COMMITTED)
     return f"{len(done)} task(s): {dict(outcomes)}; {records} record(s) committed"
 
 
 def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
     """What a failed batch leaves visible. Each task commits its own transaction, so the tasks that
     finished before another one failed stay committed; Spark gives a failed task no message."""
-    committed = [m for m in messages if m is not None and m.outcome == "committed"]
+    committed = [m for m in messages if m is not None and m.outcome is TaskOutcome.COMMITTED]
     records = sum(m.records for m in committed)
     failed = sum(m is None for m in messages)
     text = (f"{failed} of {len(messages)} task(s) failed or did not finish; "
@@ -62,23 +63,23 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
 class EosKafkaStreamWriter(_StreamBase):
     def __init__(self, options: SinkOptions):
         self.options = options
-        self.progress = None
+        self.progress_plan = None
 
     def __getstate__(self) -> dict:
         # Spark builds this writer on the driver for every micro-batch and pickles it for the
         # batch's write tasks; without input offsets to commit, they commit their own progress,
         # ordered by the batch's plan record (task_progress), appended here. Spark also builds a
         # writer to call commit() or abort(), which is never pickled and needs no plan record.
-        if self.options.records_progress and self.progress is None:
-            self.progress = open_progress_plan(self.options)
+        if self.options.records_progress and self.progress_plan is None:
+            self.progress_plan = open_progress_plan(self.options)
         return self.__dict__
 
     def write(self, iterator):
-        if self.options.records_progress and self.progress is None:
+        if self.options.records_progress and self.progress_plan is None:
             # Never write without it: the task would commit no progress, and a replay would write again.
             raise EosKafkaError("this write task got no plan record for its batch from the driver (the sink's writer "
                                 "reached it without being pickled); nothing was written. Report this as a bug")
-        return write_task(_records(_StreamBase, iterator, self.options), self.options, self.progress)
+        return write_task(_records(_StreamBase, iterator, self.options), self.options, self.progress_plan)
 
     def commit(self, messages, batchId) -> None:
         log.info("batch %s written: %s", batchId, _summary(messages))

@@ -17,29 +17,25 @@ membership leaves the group once the group's offsets reach the end of everything
 """
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import logging
 import re
-import struct
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from ..errors import EosKafkaError, FencedError
+from ..kafka.group_metadata import parse_group_metadata
+from ..protocol.group_stamp import GroupStamp
 from .group_rebalance import (held_by_other_members, leave_as_static_member, make_static_member_leave,
                               rebalance_with_a_passing_member, static_members)
 
 log = logging.getLogger(__name__)
 
-_METADATA_MAGIC = b"CGMDv2:"
-STAMP = "stamp"  # the kind of a claims-topic record that carries a generation's stamp
 JOIN_TIMEOUT_S = 60.0
 # How often a batch read's membership asks whether its write has committed (leave_once_committed).
 COMMITTED_CHECK_S = 2.0
@@ -68,67 +64,6 @@ def _instance_prefix(group_id: str) -> str:
     return f"{group_id}.eos-kafka-driver."
 
 
-@dataclass(frozen=True)
-class GroupStamp:
-    """The group membership a plan was made under, carried by every InputPartition.
-
-    ``metadata`` is librdkafka's consumer-group metadata (bytes: it pickles, and works in another
-    process); the writer hands it to send_offsets_to_transaction.
-    """
-
-    metadata: bytes
-    group_id: str
-    generation: int
-    member_id: str
-    instance_id: str | None
-    assignment: frozenset[tuple[str, int]]
-    # Which GroupMembership (one query run's driver) holds the membership: a task may commit under
-    # a newer generation of its own plan's membership, never under another instance's.
-    membership: str = ""
-
-    def describe(self) -> str:
-        return (f"group {self.group_id!r} generation {self.generation} member {self.member_id!r} "
-                f"(instance {self.instance_id!r})")
-
-    def as_json(self) -> dict:
-        return {"metadata": base64.b64encode(self.metadata).decode(), "group_id": self.group_id,
-                "generation": self.generation, "member_id": self.member_id, "instance_id": self.instance_id,
-                "assignment": sorted(self.assignment), "membership": self.membership}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "GroupStamp":
-        return cls(base64.b64decode(data["metadata"]), data["group_id"], int(data["generation"]), data["member_id"],
-                   data["instance_id"], frozenset((t, p) for t, p in data["assignment"]), data.get("membership", ""))
-
-    def to_record(self) -> bytes:
-        """The stamp as a record of the claims topic, where the plan's tasks find it (rebalances)."""
-        return json.dumps({"kind": STAMP, **self.as_json()}).encode()
-
-    @classmethod
-    def from_record(cls, value: bytes) -> "GroupStamp | None":
-        """The stamp in a claims topic record; None for any other record."""
-        try:
-            data = json.loads(value)
-            return cls.from_json(data) if data.get("kind") == STAMP else None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-
-def parse_group_metadata(metadata: bytes) -> tuple[int, str, str, str | None]:
-    """(generation, group id, member id, instance id) from librdkafka's serialized metadata.
-
-    Layout: ``CGMDv2:`` + native int32 generation + group NUL + member NUL + a byte that is 0
-    when an instance id follows + [instance NUL].
-    """
-    if not metadata.startswith(_METADATA_MAGIC):
-        raise EosKafkaError(f"unrecognised consumer group metadata {metadata[:16]!r}: is confluent-kafka 2.x installed?")
-    body = metadata[len(_METADATA_MAGIC):]
-    (generation,) = struct.unpack("=i", body[:4])
-    group, member, rest = body[4:].split(b"\0", 2)
-    instance = rest[1:].split(b"\0", 1)[0].decode() if rest[:1] == b"\0" else None
-    return generation, group.decode(), member.decode(), instance
-
-
 def _positions(offsets: dict[tuple[str, int], int]) -> str:
     return ", ".join(f"{topic}-{partition}={offset}" for (topic, partition), offset in sorted(offsets.items()))
 
@@ -141,7 +76,7 @@ class GroupMembership:
                  on_generation: Callable[[GroupStamp], None] | None = None, batch_read: bool = False):
         self.group_id = group_id
         self.batch_read = batch_read
-        self.token = uuid.uuid4().hex[:16]
+        self.run_token = uuid.uuid4().hex[:16]
         # Called with each new generation's stamp before stamp() returns it (see _on_assign).
         self._on_generation = on_generation
         self.instance_id = instance_id_for(group_id, subscription_name(topics, pattern))
@@ -280,7 +215,7 @@ class GroupMembership:
         except KafkaException:
             return False
         # Past the planned end too: the read's write tasks then find their ranges committed (or
-        # moved by someone else) and send no offsets under this membership (commit_offsets.decide).
+        # moved by someone else) and send no offsets under this membership (commit_decision.decide_input_commit).
         through = all(tp.error is None and tp.offset >= self._leave_at[(tp.topic, tp.partition)] for tp in found)
         if not through:
             log.debug("consumer group %r: committed %s, the batch read planned up to %s; its member stays",
@@ -324,7 +259,7 @@ class GroupMembership:
         metadata = consumer.consumer_group_metadata()
         generation, group, member, instance = parse_group_metadata(metadata)
         assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
-        stamp = GroupStamp(metadata, group, generation, member, instance, assignment, self.token)
+        stamp = GroupStamp(metadata, group, generation, member, instance, assignment, self.run_token)
         if self._on_generation is not None:
             # Before the stamp is handed out: a plan stamped with the previous generation then has
             # its claims-topic record before this stamp's record (planning appends the plan's

@@ -5,9 +5,9 @@ import heapq
 
 from pyspark.sql.datasource import InputPartition
 
-from ..sink.attempt_fencing import FencingPlan
-from .group_membership import GroupStamp
-from .offset_planning import OffsetRange
+from ..protocol.claims_log import PlanRecord
+from ..protocol.group_stamp import GroupStamp
+from ..protocol.offset_range import OffsetRange
 
 
 class KafkaInputPartition(InputPartition):
@@ -16,7 +16,7 @@ class KafkaInputPartition(InputPartition):
     is where the plan's attempts claim their input (attempt_fencing)."""
 
     def __init__(self, index: int, ranges: tuple[OffsetRange, ...], group: GroupStamp | None = None,
-                 fencing: FencingPlan | None = None):
+                 fencing: PlanRecord | None = None):
         super().__init__(index)
         self.index = index
         self.ranges = ranges
@@ -27,7 +27,7 @@ class KafkaInputPartition(InputPartition):
         return f"KafkaInputPartition({self.index}, {', '.join(map(str, self.ranges))})"
 
 
-def input_partitions(ranges: list[OffsetRange], group: GroupStamp | None, fencing: FencingPlan | None = None,
+def input_partitions(ranges: list[OffsetRange], group: GroupStamp | None, fencing: PlanRecord | None = None,
                      min_records: int = 1, min_tasks: int = 1, alone: frozenset = frozenset()) -> list[KafkaInputPartition]:
     """The batch's Spark tasks: one per range, as Spark's Kafka source, unless the ranges are small.
 

@@ -13,30 +13,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from ..errors import ConfigurationError, DataLossError
+from ..protocol.offset_range import OffsetRange, TopicPartitionKey
 from .options import EARLIEST, EARLIEST_OFFSET, GROUP, LATEST, LATEST_OFFSET, OffsetsSpec, SourceOptions
 
 log = logging.getLogger(__name__)
 
-TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Records [start, end) of one partition. Offsets have gaps (transaction markers, aborted
-    records), so end - start bounds the record count but is not it."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def key(self) -> TopicPartitionKey:
-        return (self.topic, self.partition)
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}[{self.start},{self.end})"
 
 
 # ------------------------------------------------------------------------------- offset JSON

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.cluster import create_command, list_topics, reachable_admin
 from ..kafka.group_offsets import fetch_stable_committed_offsets
-from ..kafka.retries import LEADERSHIP_CODES, error_code, with_retries
+from ..kafka.backoff import LEADERSHIP_CODES, error_code, with_retries
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)

@@ -198,14 +198,13 @@ SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign",
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
-    "maxOffsetsPerTrigger", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
+    "maxOffsetsPerTrigger", "minPartitions", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
     "claimsTopic", "connectTimeoutMs",
 )
 
 # Kafka partitions with fewer records in a batch share a Spark task until it has about this many:
-# each task pays a transaction, its offsets and its commit once, some 100 ms. Measured on 2 cores
-# (benchmarks/README.md): a batch of 100k records copies fastest in 2 tasks of 50k (20k made 4),
-# one of 500k in 8 tasks (2 tasks of 250k were 0.8x as fast: one consumer and producer per task).
+# each task pays a transaction, its offsets and its commit once, whatever its size; the value is
+# the fastest of those measured (benchmarks/JOURNAL.md).
 DEFAULT_MIN_RECORDS_PER_PARTITION = 50_000
 
 
@@ -226,6 +225,8 @@ class SourceOptions:
     claims_topic: str = DEFAULT_CLAIMS_TOPIC
     min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
+    # At least this many tasks per batch (Spark's minPartitions); None: the planner's machine's cores.
+    min_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
@@ -261,6 +262,7 @@ class SourceOptions:
             min_records_per_partition=parse_positive_int(options, "minRecordsPerPartition",
                                                          DEFAULT_MIN_RECORDS_PER_PARTITION),
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
+            min_partitions=parse_positive_int(options, "minPartitions", None),
         )
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
         return parsed

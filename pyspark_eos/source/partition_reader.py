@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ..errors import DataLossError, KafkaClientError
 from ..kafka.schema import arrow_schema
-from .offset_planning import OffsetRange
+from ..protocol.offset_range import OffsetRange
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ def consumer_config(bootstrap_servers: str, kafka_params: dict[str, str], group_
     return {
         # librdkafka postpones a partition's next fetch by this much whenever its prefetch queue is
         # over a threshold (default 1000 ms): a task reading its ranges as fast as it can waited
-        # for it again and again. 4 ranges of 50k records read in 0.4 s instead of 1.2 s
-        # (benchmarks/README.md); a kafka.fetch.queue.backoff.ms option overrides it.
+        # for it again and again (benchmarks/JOURNAL.md); a kafka.fetch.queue.backoff.ms option
+        # overrides it.
         "fetch.queue.backoff.ms": "50",
         **kafka_params,
         "bootstrap.servers": bootstrap_servers,
@@ -111,8 +111,8 @@ def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[
 def read_ranges(ranges: tuple[OffsetRange, ...], settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of a task's ranges (one per partition) as Arrow record batches.
 
-    One consumer reads them all at once: a consumer costs about 100 ms to create, connect and
-    start fetching, and a task reads several small partitions (input_partition).
+    One consumer reads them all at once: each consumer is created, connects and starts fetching
+    before its first record, and a task reads several small partitions (input_partition).
     """
     todo = {r.key: r for r in ranges if r.start < r.end}
     consumer = Consumer(_with_prefetch(settings.consumer_config, todo.values()))
@@ -131,8 +131,7 @@ def _with_prefetch(config: dict[str, str], ranges) -> dict[str, str]:
     librdkafka keeps fetching a partition until 100,000 of its records (or 64 MiB) wait in the
     consumer's queue, and knows nothing of a range's end: while the task's Python side worked
     through its ranges, its consumer fetched and parsed records past them, which the next batch's
-    task fetched again. Sized to the ranges, a 1-KB copy took 17 us of CPU a record instead of 19
-    (benchmarks/README.md)."""
+    task fetched again (benchmarks/JOURNAL.md)."""
     largest = max((r.end - r.start for r in ranges), default=1)
     return {"queued.min.messages": str(max(1, min(largest, PREFETCH_RECORDS))), **config}
 

@@ -5,9 +5,10 @@ import logging
 import os
 
 from ..kafka.worker_gc import freeze_long_lived_objects
-from ..sink.attempt_fencing import ClaimsLog
-from ..sink.provenance import Provenance, record_read
-from .group_membership import GroupMembership, GroupStamp, instance_id_for, subscription_name
+from ..protocol.claims_log import ClaimsLog
+from ..protocol.handover import Provenance, record_read
+from ..protocol.group_stamp import GroupStamp
+from .group_membership import GroupMembership, instance_id_for, subscription_name
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
 from .offset_reader import KafkaOffsetReader
@@ -50,10 +51,19 @@ class SourcePlanner:
         group = self._membership_holding([r.key for r in ranges])
         log.info("planned %d range(s): %s%s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
                  f" under {group.describe()}" if group else "",
-                 f", claims from {fencing.topic}@{fencing.epoch}" if fencing else "")
-        min_tasks = os.cpu_count() or 1
+                 f", claims from {fencing.topic}@{fencing.offset}" if fencing else "")
+        min_tasks = self.min_tasks
         alone = self._not_at_start(ranges) if group and len(ranges) > min_tasks else frozenset()
         return input_partitions(ranges, group, fencing, self.options.min_records_per_partition, min_tasks, alone)
+
+    @property
+    def min_tasks(self) -> int:
+        """The fewest tasks a batch's ranges are split into: the cores to keep busy. Spark does not
+        tell a Python data source its parallelism (its planner runs in a Python process of its own,
+        given only the options), so without the minPartitions option this is the cores of the
+        machine the driver runs on: right for local mode, and for a cluster whose executors have as
+        many cores in all; set minPartitions to the cluster's cores otherwise."""
+        return self.options.min_partitions or os.cpu_count() or 1
 
     def _not_at_start(self, ranges) -> frozenset:
         """Partitions whose group offset is not at their range's start: a replay of a batch whose

@@ -1,7 +1,9 @@
 """A real Apache Kafka broker (KRaft) on 127.0.0.1 for tests, the example pipeline and benchmarks.
 
 The broker is the released Kafka server from Maven Central (see ``maven_jars``), started with
-``java -cp <jars> kafka.Kafka``. Every node is a combined broker and controller; one node uses a
+``java -cp <jars> kafka.Kafka``. Its settings (``server.properties``, a template), logging and pom
+come from ``project_files.conf_dir()``: the copy the package ships, or a checkout's ``conf/``; its
+jars are downloaded once into ``project_files.cache_dir()``. Every node is a combined broker and controller; one node uses a
 dynamic quorum formatted with ``--standalone``, several nodes a static voter set. Ports are
 chosen free at start, readiness is a real admin call, and each node's output goes to a
 ``server.log`` whose path is printed whenever something fails.
@@ -32,7 +34,7 @@ from typing import Callable, Mapping
 
 from .maven_jars import KAFKA_BROKER, kafka_version
 from ..errors import EmbeddedKafkaError
-from .project_files import conf_dir
+from .project_files import conf_file
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +323,7 @@ class EmbeddedKafkaCluster:
             "replication_factor": replication,
             "min_insync_replicas": max(1, replication - 1),
         }
-        template = string.Template((conf_dir() / "server.properties").read_text())
+        template = string.Template(conf_file("server.properties").read_text())
         text = template.substitute(values)
         # Overrides may name the node's own ports and directories, e.g. to add a listener.
         text += "".join(f"{key}={string.Template(str(value)).safe_substitute(values)}\n"
@@ -349,7 +351,7 @@ class EmbeddedKafkaCluster:
             raise EmbeddedKafkaError("java is not on PATH: the Kafka broker needs Java 17 or newer")
         return [
             java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={conf_dir() / 'broker-log4j2.properties'}",
+            f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}",
             f"-Dkafka.logs.dir={node.path}", "-cp", classpath,
         ]
 
@@ -455,7 +457,7 @@ def kafka_tool_command(main_class: str) -> list[str]:
     """What Kafka's bin/ scripts run: one of its command-line tools (kafka-acls.sh is
     ``org.apache.kafka.tools.AclCommand``), from the same released jars as the broker."""
     java = shutil.which("java") or "java"
-    return [java, f"-Dlog4j2.configurationFile={conf_dir() / 'broker-log4j2.properties'}",
+    return [java, f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}",
             "-cp", KAFKA_BROKER.classpath(), main_class]
 
 

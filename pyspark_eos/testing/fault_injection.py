@@ -34,7 +34,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..sink.executor_identity import executor_id, executor_local_directory
+from ..protocol.executor_identity import executor_id, executor_local_directory
 from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
     ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, READ_STALL_POINTS,
     STALL_AFTER_STABLE_READ, STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE,

@@ -1,10 +1,13 @@
-"""Jars assembled from Maven Central, once, for the development tools.
+"""Jars assembled from Maven Central, once, for the test kit.
 
-A pom in ``conf/`` pins each set: the Apache Kafka broker that the tests and the example pipeline
-run against, and Spark's own Kafka connector that tests and benchmarks compare with.
+A pom in ``conf/`` (``project_files.conf_dir()``) pins each set: the Apache Kafka broker that
+``embedded_kafka`` runs (the tests, the example pipeline and the benchmarks run against it; the
+package ships its pom), and Spark's own Kafka connector that the project's tests and benchmarks
+compare with (its pom is only in the checkout).
 ``mvn dependency:copy-dependencies`` copies a pom's runtime dependencies into
-``.cache/<name>/<version>-<pom digest>/``; a changed pom gets a new directory, so a version bump
-never mixes jars of two releases on one classpath.
+``<cache>/<name>/<version>-<pom digest>/`` (``project_files.cache_dir()``: the checkout's
+``.cache/``, or a per-user cache for an installed copy); a changed pom gets a new directory, so a
+version bump never mixes jars of two releases on one classpath.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EmbeddedKafkaError
-from .project_files import cache_dir, cache_lock, conf_dir
+from .project_files import cache_dir, cache_lock, conf_file
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ class MavenJars:
     version_property: str
 
     def pom_path(self) -> Path:
-        return conf_dir() / self.pom_name
+        return conf_file(self.pom_name)
 
     def version(self) -> str:
         pattern = rf"<{re.escape(self.version_property)}>([^<]+)</{re.escape(self.version_property)}>"
@@ -74,7 +77,7 @@ class MavenJars:
 
 def _copy_dependencies(pom: Path, target: Path) -> None:
     run_maven(["-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={target}"],
-              f"download the jars of {pom.name}")
+              f"download the jars of {pom} into {target}")
 
 
 def run_maven(arguments: list[str], what: str) -> None:

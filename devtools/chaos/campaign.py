@@ -23,8 +23,9 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from .. import fault_injection
-from ..embedded_kafka import EmbeddedKafkaCluster, create_topic
+from pyspark_eos.testing import fault_injection
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
+
 from ..processes import WorkerSampler
 from . import report
 from .faults import KINDS, Schedule
@@ -213,7 +214,7 @@ class Campaign:
         return None
 
     def _record_unexpected_exit(self, rig: Rig, after: str) -> None:
-        from ..embedded_kafka import log_tail
+        from pyspark_eos.testing.embedded_kafka import log_tail
 
         tail = log_tail(rig.query.log_path, 15)
         cause = death_cause(rig.query.log_path)
@@ -258,7 +259,7 @@ class Campaign:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.testing.chaos", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m devtools.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: random, printed)")
     parser.add_argument("--faults", type=int, default=200, help="faults to fire (default 200)")
     parser.add_argument("--minutes", type=float, default=120.0, help="stop firing after this long (default 120)")

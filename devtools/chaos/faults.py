@@ -16,8 +16,9 @@ from typing import Callable, Protocol
 
 from confluent_kafka.admin import NewPartitions
 
-from .. import fault_injection as points
-from ..embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing import fault_injection as points
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+
 from ..processes import executor_jvms
 from .query import QueryInstance
 from .verifiers import transactions

@@ -19,10 +19,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from .attempt_fencing import FencingPlan
+from .claims_log import PlanRecord
 from .executor_identity import executor_local_directory
-from ..source.group_membership import GroupStamp
-from ..source.offset_planning import OffsetRange
+from .group_stamp import GroupStamp
+from .offset_range import OffsetRange
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Provenance:
 
     ranges: tuple[OffsetRange, ...]
     group: GroupStamp | None
-    fencing: FencingPlan | None = None
+    fencing: PlanRecord | None = None
 
 
 def handover_directory() -> Path:
@@ -89,14 +89,14 @@ def _to_json(provenance: Provenance) -> dict:
     group, fencing = provenance.group, provenance.fencing
     return {
         "ranges": [[r.topic, r.partition, r.start, r.end] for r in provenance.ranges],
-        "fencing": None if fencing is None else [fencing.topic, fencing.epoch],
+        "fencing": None if fencing is None else [fencing.topic, fencing.offset],
         "group": None if group is None else group.as_json(),
     }
 
 
 def _from_json(data: dict) -> Provenance:
     ranges = tuple(OffsetRange(t, p, s, e) for t, p, s, e in data["ranges"])
-    fencing = FencingPlan(*data["fencing"]) if data.get("fencing") else None
+    fencing = PlanRecord(*data["fencing"]) if data.get("fencing") else None
     group = data["group"]
     if group is None:
         return Provenance(ranges, None, fencing)

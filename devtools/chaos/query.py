@@ -1,6 +1,6 @@
 """The pipeline under test, in a driver process of its own so that the campaign can kill it.
 
-``python -m pyspark_eos.testing.chaos.query`` runs eos-kafka -> transformation -> eos-kafka on Spark
+``python -m devtools.chaos.query`` runs eos-kafka -> transformation -> eos-kafka on Spark
 in local-cluster mode (two executor JVMs) until SIGTERM, or until the query fails. The
 transformation appends each record's input offset to its value, so the verifiers can check that
 the output carries the record the source read. ``QueryInstance`` is the campaign's handle on one
@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..embedded_kafka import die_with_parent
+from pyspark_eos.testing.embedded_kafka import die_with_parent
+
 from ..python_logging import environment
 
 log = logging.getLogger(__name__)

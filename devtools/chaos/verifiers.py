@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from ..embedded_kafka import kafka_tool_command
-from ..output_check import Record, committed_offsets, last_stable_offsets, read_committed
+from pyspark_eos.testing.embedded_kafka import kafka_tool_command
+from pyspark_eos.testing.output_check import Record, committed_offsets, last_stable_offsets, read_committed
 
 _OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort"}
 

@@ -1,16 +1,21 @@
-"""Deciding the input offsets a task commits in its transaction, and whether it may commit at all.
+"""Whether a write task commits, and what: the commit decision, pure functions of plain data.
 
 A task commits the end offset of every input range it read, with the group membership its plan
-was stamped with (one membership per eos-kafka source of the query). Before that, two checks run against what the group has committed (read
-stably, so an open transaction of a dead predecessor is waited out):
+was stamped with (one membership per eos-kafka source of the query). Before that, two checks run
+against what the group has committed (read stably, so an open transaction of a dead predecessor
+is waited out; model step 5):
 
 - **ownership (G4)**: every partition must be in the plan's assignment for the stamped group,
   and no committed offset may carry a newer generation than the plan's. A client-side form of
   the draft UNASSIGNED_PARTITION rule (assignmentEpoch(p) <= clientEpoch <= currentEpoch).
-- **idempotent replay**: committed == planned end everywhere -> this task's batch was already
-  committed (Spark replays a batch after a crash between the Kafka commit and its own commit
-  log): write nothing and succeed. committed == planned start everywhere -> commit. Anything
-  else is a gap or an overlap: fail, writing nothing.
+- **idempotent replay** (model step 6): committed == planned end everywhere -> this task's batch
+  was already committed (Spark replays a batch after a crash between the Kafka commit and its
+  own commit log): write nothing and succeed (SKIP). committed == planned start everywhere ->
+  COMMIT. Anything else is a gap or an overlap: refuse, writing nothing.
+
+A task that commits its own progress instead (task_progress) decides the same way on the
+progress group's one offset (decide_progress_commit). A refusal raises the error that tells the
+user what happened; the transactional writer runs one commit routine on the decision.
 """
 from __future__ import annotations
 
@@ -19,20 +24,29 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 
-from .attempt_fencing import FencingPlan
-from ..errors import ConfigurationError, FencedError, OffsetMismatchError, ProvenanceError, UnassignedPartitionError
-from ..source.group_membership import GroupStamp
+from ..errors import (ConfigurationError, FencedError, NonDeterministicReplayError, OffsetMismatchError, ProvenanceError,
+                      StaleAttemptError, UnassignedPartitionError)
 from ..kafka.group_offsets import Committed
-from ..source.offset_planning import OffsetRange
-from .provenance import Provenance
+from ..protocol.claims_log import PlanRecord
+from ..protocol.group_stamp import GroupStamp
+from ..protocol.handover import Provenance
+from ..protocol.offset_range import OffsetRange
 
 TopicPartitionKey = tuple[str, int]
 NEVER = Committed(None, "")  # a partition the group never committed
 
 
-class Decision(Enum):
-    COMMIT = "commit"
-    ALREADY_COMMITTED = "already committed"
+class CommitDecision(Enum):
+    COMMIT = "commit"  # send the offsets with the records, then commit the transaction
+    SKIP = "skip"  # the batch is in Kafka already: abort the transaction and succeed
+
+
+class TaskOutcome(str, Enum):
+    """What a write task did, as its commit message tells the driver."""
+
+    COMMITTED = "committed"
+    SKIPPED = "skipped (already committed)"
+    NOTHING_TO_WRITE = "nothing to write"
 
 
 @dataclass(frozen=True)
@@ -40,7 +54,7 @@ class CommitPlan:
     """The ranges a task read, by the group membership (one per source) they were planned under."""
 
     by_member: tuple[tuple[GroupStamp, tuple[OffsetRange, ...]], ...]
-    fencing: tuple[FencingPlan, ...] = ()
+    fencing: tuple[PlanRecord, ...] = ()
 
     @property
     def ranges(self) -> tuple[OffsetRange, ...]:
@@ -54,14 +68,14 @@ class CommitPlan:
         return ", ".join(map(str, self.ranges))
 
     def restamped(self, stamps) -> "CommitPlan":
-        """This plan under the newest of ``stamps`` that belongs to the same membership as a
-        member's stamp and carries a newer generation: the group rebalanced during the batch (input
+        """This plan under the newest of ``stamps`` that belongs to the same run as a member's
+        stamp and carries a newer generation: the group rebalanced during the batch (input
         partitions added, a session timeout) and the broker takes offsets only with the current
-        generation. Another instance's membership is never taken: it is the one fencing this."""
+        generation. Another instance's run is never taken: it is the one fencing this."""
         by_member = []
         for stamp, ranges in self.by_member:
-            # A stamp without a membership token (an older writer's) belongs to no known membership.
-            newer = [s for s in stamps if stamp.membership and s.membership == stamp.membership
+            # A stamp without a run token (an older writer's) belongs to no known run.
+            newer = [s for s in stamps if stamp.run_token and s.run_token == stamp.run_token
                      and s.group_id == stamp.group_id and s.generation > stamp.generation]
             by_member.append((max(newer, key=lambda s: s.generation, default=stamp), ranges))
         return dataclasses.replace(self, by_member=tuple(by_member))
@@ -88,7 +102,7 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
     for record in provenance:
         by_member.setdefault(record.group, []).extend(record.ranges)
     plan = CommitPlan(tuple((stamp, tuple(sorted(ranges, key=lambda r: r.key))) for stamp, ranges in by_member.items()),
-                      tuple(sorted({p.fencing for p in provenance if p.fencing is not None}, key=lambda f: f.epoch)))
+                      tuple(sorted({p.fencing for p in provenance if p.fencing is not None}, key=lambda f: f.offset)))
     keys = [r.key for r in plan.ranges]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
@@ -121,12 +135,15 @@ def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committ
             )
 
 
-def decide(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed], query_id: str | None = None) -> Decision:
+def decide_input_commit(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed],
+                        query_id: str | None = None) -> CommitDecision:
+    """The decision on a task's input offsets given what the group has committed (stably)."""
+    check_ownership(plan, committed)
     offsets = {r.key: committed.get(r.key, NEVER).offset for r in plan.ranges}
     if all(offsets[r.key] == r.end for r in plan.ranges):
-        return Decision.ALREADY_COMMITTED
+        return CommitDecision.SKIP
     if all(_at_start(r, offsets[r.key]) for r in plan.ranges):
-        return Decision.COMMIT
+        return CommitDecision.COMMIT
     found = ", ".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in offsets.items())
     others = sorted({q for r in plan.ranges if (q := _stored_query(committed.get(r.key, NEVER).metadata))
                      and query_id and q != query_id})
@@ -171,3 +188,28 @@ def stored_metadata(metadata: str) -> dict:
     except ValueError:
         return {}
     return stored if isinstance(stored, dict) else {}
+
+
+def decide_progress_commit(batch_id: int, committed: Committed, replay: dict, where: str) -> CommitDecision:
+    """The decision on a task's progress record: ``committed`` is its progress group's offset
+    (batch + 1 of the batch it last wrote), ``replay`` the count and checksum of this attempt's
+    records (task_progress.RecordDigest.as_json)."""
+    done = batch_id + 1
+    if committed.offset is None or committed.offset < done:
+        return CommitDecision.COMMIT
+    if committed.offset > done:
+        raise StaleAttemptError(
+            f"{where}: this task has already written batch {committed.offset - 1} of the query, after batch "
+            f"{batch_id} that this attempt writes: it is a stale attempt (its executor stalled and was declared "
+            "lost, or a speculative copy) and refuses to commit, so the progress never moves back. Nothing to do: "
+            "Spark keeps the newer attempt's output")
+    stored = stored_metadata(committed.metadata)
+    if (stored.get("records"), stored.get("checksum")) != (replay["records"], replay["checksum"]):
+        raise NonDeterministicReplayError(
+            f"{where}: batch {batch_id} was written before with {stored.get('records')} record(s) (checksum "
+            f"{stored.get('checksum')}), and its replay has {replay['records']} (checksum {replay['checksum']}): "
+            "the query's input or plan is not deterministic (rand(), uuid(), current_timestamp(), a shuffle "
+            "partitioned by such a value, or a source that does not replay the same data), so writing the replay "
+            "could duplicate or lose records. Nothing of the replay was written. Make the plan deterministic "
+            "(seeded functions, partition by a column), or set deliveryGuarantee=at-least-once")
+    return CommitDecision.SKIP

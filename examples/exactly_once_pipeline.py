@@ -1,6 +1,6 @@
 """The example exactly-once pipeline, end to end, on an embedded Kafka it starts itself.
 
-    python -m pyspark_eos.testing.example_pipeline [--records N] [--partitions P] [--no-crash] [--log-file F]
+    python -m examples.exactly_once_pipeline [--records N] [--partitions P] [--no-crash] [--log-file F]
 
 It writes an input topic in transactions (some aborted), runs eos-kafka -> upper-case the value
 -> eos-kafka as a Structured Streaming query with one Python worker killed with SIGKILL between
@@ -29,11 +29,11 @@ from typing import Callable, Iterator
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .embedded_kafka import EmbeddedKafkaCluster
-from .fault_injection import WORKER_BEFORE_COMMIT, arm, enable
-from .local_spark import executor_local_dirs, local_spark_session
-from .maven_jars import kafka_version
-from .output_check import committed_offsets, last_stable_offsets, read_committed
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.fault_injection import WORKER_BEFORE_COMMIT, arm, enable
+from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
+from pyspark_eos.testing.maven_jars import kafka_version
+from pyspark_eos.testing.output_check import committed_offsets, last_stable_offsets, read_committed
 
 log = logging.getLogger("pyspark_eos.example")
 Say = Callable[[str], None]
@@ -254,7 +254,7 @@ def new_log_file() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pyspark_eos.testing.example_pipeline", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m examples.exactly_once_pipeline", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=20_000, help="input records to write (default 20000)")
     parser.add_argument("--partitions", type=int, default=4, help="input partitions (default 4)")
     parser.add_argument("--no-crash", dest="crash", action="store_false", help="do not kill a worker")

@@ -1,0 +1,51 @@
+"""Kafka clients every side makes the same way: a transactional producer taken over with
+init_transactions, and closing a client without waiting on it."""
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException, Producer
+
+from ..errors import KafkaClientError
+from .cluster import connected
+
+log = logging.getLogger(__name__)
+
+INIT_TIMEOUT_S = 120.0
+
+
+def init_transactional_producer(bootstrap_servers: str, kafka_params: dict[str, str], transactional_id: str,
+                                transaction_timeout_ms: int) -> Producer:
+    """A producer for ``transactional_id`` after init_transactions: whatever held the id before
+    (a dead predecessor, or an older attempt being fenced) has its open transaction aborted and
+    can no longer send offsets or commit."""
+    producer = Producer({
+        **kafka_params,
+        "bootstrap.servers": bootstrap_servers,
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": transaction_timeout_ms,
+    })
+    try:
+        # Every topic's metadata: the records' topics are not known yet, and asking for one the
+        # cluster lacks could create it (a producer's metadata requests allow auto-creation).
+        connected(producer, bootstrap_servers, INIT_TIMEOUT_S).init_transactions(INIT_TIMEOUT_S)
+    except (KafkaException, KafkaClientError) as error:
+        raise KafkaClientError(
+            f"initializing transactions for transactional id {transactional_id!r} failed: {error.args[0]}; "
+            "check that the brokers are reachable and the principal may WRITE that transactional id"
+        ) from error
+    return producer
+
+
+def close_client(client) -> None:
+    """Close a client without waiting for what it still holds: a failure is logged, not raised,
+    since it must not fail the task of another query that triggered the closing."""
+    try:
+        # close() flushes, which waits up to message.timeout.ms for records a broker no longer
+        # takes; nothing an idle configuration left queued is waited for.
+        getattr(client, "purge", lambda: None)()
+        # An AdminClient, and a Producer before confluent-kafka 2.13, have no close(): dropped,
+        # they are destroyed.
+        getattr(client, "close", lambda: None)()
+    except Exception as error:  # noqa: BLE001 - see above
+        log.warning("closing an idle Kafka client failed: %s", error)

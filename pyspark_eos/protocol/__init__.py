@@ -1,0 +1,20 @@
+"""The exactly-once protocol that the source and the sink share, and nothing else.
+
+The source plans a batch and hands each task's ranges to the sink; the sink commits them with the
+task's records in one Kafka transaction, under the group membership the plan was made in, after
+showing that no other attempt of the task may commit them. What travels between the two, and
+where it is kept:
+
+| record | module | written by | read by |
+| --- | --- | --- | --- |
+| offset range [start, end) of a partition | offset_range | the driver's planner (source) | the task's read() and write() |
+| group stamp (generation, member, run token) | group_stamp | the driver's group membership (source), on every input partition | the write task, which commits under it |
+| plan record (claims topic) | claims_records, claims_log | the driver, per plan of a batch (source planner; sink writer for progress plans) | every attempt of the plan's tasks: where its claims start |
+| stamp record (claims topic) | claims_records, claims_log | the driver, per new generation of its membership | write tasks of an older generation's plan (sink/rebalance) |
+| claim, release (claims topic) | claims_records, claims_log | each write task attempt, before its stable read / once its transaction ended | the later attempts of the same task (sink/fence_decision) |
+| read-to-write hand-over file | handover | the task's read(), on the executor's local disk | the same task's write() |
+| which executor, which local directory | executor_identity | — | the hand-over and the sink's transactional ids |
+
+Arrows run one way: ``kafka`` ← ``protocol`` ← {``source``, ``sink``} ← the data source and
+the operator tools. This package imports only ``kafka`` and ``errors``.
+"""

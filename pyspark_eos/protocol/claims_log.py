@@ -1,0 +1,306 @@
+"""The claims topic: one partition where plans, generation stamps, claims and releases are
+appended in one total order (claims_records), and read back by the attempts of a plan.
+
+The driver holds a ClaimsLog (plan records, stamps); each writing worker holds ClaimsClients
+(claims, releases, and reading them back). Neither producer is transactional: a claim must be
+visible to every other attempt the moment it is acknowledged.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ..errors import KafkaClientError, StaleAttemptError
+from ..kafka.clients import close_client
+from ..kafka.cluster import connected
+from .claims_records import Claim, parse_record, plan_value, stamp_value
+from .group_stamp import GroupStamp
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 30.0
+# Claims must outlive any attempt that could still act on them; a week is far beyond Spark's
+# task and transaction timeouts. An attempt whose plan's claims are gone refuses (see read_claims).
+CLAIMS_RETENTION_MS = 7 * 24 * 3600 * 1000
+# librdkafka wants a group.id even for a consumer that only assign()s; nothing is ever committed.
+CLAIMS_READER_GROUP = "eos-kafka-claims-reader"
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """Stamped on every input partition of one plan: where that plan's claims start."""
+
+    topic: str
+    offset: int  # of the plan's record in the claims topic (its acknowledged copy's)
+    # Where its attempts start reading claims, when that is before its own record: claims of an
+    # earlier run that may still commit (progress plans, see sink/attempt_fencing).
+    since: int | None = None
+
+    def reading_start(self, not_before: int | None = None) -> int:
+        """Where an attempt of this plan starts reading claims (never after the plan's record)."""
+        if self.since is None:
+            return self.offset
+        start = self.since if not_before is None else max(self.since, not_before)
+        return min(self.offset, start)
+
+
+# ------------------------------------------------------------------------------ driver side
+
+class ClaimsLog:
+    """The driver's end of the claims topic: creates it once, appends a plan record per plan and a
+    stamp record per generation of the group membership; a retry may write one twice
+    (claims_producer)."""
+
+    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str):
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_params = kafka_params
+        self.topic = topic
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()  # planning and the group membership's thread both append
+        self._prepare_error: Exception | None = None  # prepare()'s failure, for the first append to raise
+
+    def open_plan(self, group_id: str, lookback_ms: int | None = None) -> PlanRecord:
+        """Append a plan record; with ``lookback_ms`` its attempts also read the claims appended
+        that long before it (an earlier run's, which no group generation fences)."""
+        appended_ms = int(time.time() * 1000)
+        offset = append(self._ready_producer(), self.topic, group_id, plan_value(group_id))
+        if lookback_ms is None:
+            return PlanRecord(self.topic, offset)
+        return PlanRecord(self.topic, offset, self._offset_at(appended_ms - lookback_ms, offset))
+
+    def _offset_at(self, timestamp_ms: int, plan_offset: int) -> int:
+        """The first claims offset appended at or after ``timestamp_ms`` (at most ``plan_offset``)."""
+        if self._consumer is None:
+            self._consumer = Consumer({**self.kafka_params, "bootstrap.servers": self.bootstrap_servers,
+                                       "group.id": CLAIMS_READER_GROUP, "enable.auto.commit": "false"})
+        found = self._consumer.offsets_for_times([TopicPartition(self.topic, 0, max(timestamp_ms, 0))],
+                                                 REQUEST_TIMEOUT_S)[0]
+        if found.error is not None:
+            raise KafkaClientError(f"looking up the claims topic {self.topic!r} by time failed: {found.error}; "
+                                   "check that the principal may DESCRIBE and READ it")
+        return plan_offset if found.offset < 0 else min(found.offset, plan_offset)
+
+    def prepare(self) -> None:
+        """Make the producer now, in the background: the membership's first stamp is appended once
+        the group join ends, and a producer made only then looks up the claims topic and its
+        metadata on that path. Made here, it does both while the group is joined."""
+        threading.Thread(target=self._prepare_quietly, name="eos-kafka-claims-producer", daemon=True).start()
+
+    def _prepare_quietly(self) -> None:
+        with self._lock:
+            try:
+                self._make_producer()
+            except Exception as error:  # noqa: BLE001 - the first append raises it
+                # Kept for the first append rather than tried again there: each try can take the
+                # request timeout twice over, and the first append runs in the group's join, whose
+                # timeout would then fail the query with a message about the group, not the cause.
+                log.warning("making the claims producer for %s failed: %s", self.topic, error)
+                self._prepare_error = error
+
+    def record_stamp(self, stamp: GroupStamp) -> None:
+        """Append a new generation's stamp: tasks of a plan stamped with an older generation of the
+        same run commit under it (a rebalance during their batch)."""
+        offset = append(self._ready_producer(), self.topic, stamp.group_id, stamp_value(stamp))
+        log.info("generation %d of consumer group %r recorded at %s@%d", stamp.generation, stamp.group_id,
+                 self.topic, offset)
+
+    def close(self) -> None:
+        """Let go of the clients: a batch read's driver-side process outlives the read."""
+        with self._lock:
+            clients, self._producer, self._consumer = (self._producer, self._consumer), None, None
+        for client in clients:
+            if client is not None:
+                close_client(client)
+
+    def _ready_producer(self) -> Producer:
+        with self._lock:
+            failed, self._prepare_error = self._prepare_error, None
+            if failed is not None and self._producer is None:
+                raise failed  # once: a later append tries again
+            return self._make_producer()
+
+    def _make_producer(self) -> Producer:  # with self._lock held
+        if self._producer is None:
+            ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
+            self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
+                                       self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
+        return self._producer
+
+
+def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str) -> None:
+    # librdkafka's AdminClient is a producer, and a producer's metadata request asks the broker to
+    # create a topic it does not have (allow.auto.create.topics): on a cluster that auto-creates,
+    # the lookup would make the claims topic with the broker's defaults (replication 1, perhaps
+    # several partitions) before create_topics below could make it as the protocol needs.
+    admin = AdminClient({**kafka_params, "bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": "false"})
+    metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
+    if topic in metadata.topics and metadata.topics[topic].error is None:
+        return
+    brokers = len(metadata.brokers)
+    # One partition: every claim of a plan is totally ordered against every other. An acknowledged
+    # claim must survive its leader's loss (a newer attempt that misses it would not fence the
+    # older one): acks=all with two in-sync replicas where the cluster has them.
+    config = {"retention.ms": str(CLAIMS_RETENTION_MS), "cleanup.policy": "delete"}
+    if brokers >= 3:
+        config["min.insync.replicas"] = "2"
+    new = NewTopic(topic, 1, min(3, brokers), config=config)
+    try:
+        admin.create_topics([new], operation_timeout=REQUEST_TIMEOUT_S)[topic].result(REQUEST_TIMEOUT_S)
+        log.info("created the claims topic %s (1 partition, replication %d)", topic, min(3, brokers))
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return
+        raise KafkaClientError(
+            f"creating the claims topic {topic!r} failed: {error.args[0]}; create it (1 partition) or let "
+            "the pipeline's principal CREATE it, or name an existing one with the source option claimsTopic"
+        ) from error
+
+
+def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
+    """The producer of the claims topic, on the driver (plan records, generation stamps) and on the
+    executors (claims, releases).
+
+    Not idempotent: an idempotent producer's first record waits for a producer id, and
+    librdkafka, when it asked while no broker connection was up (its bootstrap connection just
+    dropped for the broker's own), asks again only on a 500 ms timer, which a query's first batch
+    and a worker's first claim often waited out. Without idempotence a retry may write a record
+    twice, which no reader minds: a plan's offset is the one its append reports; a second stamp
+    names the same generation; a second copy of a claim or release names the same attempt (order
+    and transactional id), and claims are taken by attempt, releases as a set. One request in
+    flight keeps each producer's appends in the order they were made (a release after its claim).
+    """
+    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
+                     "enable.idempotence": False, "max.in.flight.requests.per.connection": 1, "linger.ms": 0})
+
+
+def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
+    """Produce one record to partition 0 and wait for its offset (acks=all)."""
+    result: list = []
+    producer.produce(topic, key=key.encode(), value=value, partition=0,
+                     on_delivery=lambda error, message: result.append((error, message)))
+    deadline = time.monotonic() + timeout_s
+    while not result and time.monotonic() < deadline:
+        producer.poll(0.05)
+    if not result:
+        raise KafkaClientError(f"appending to the claims topic {topic!r} timed out after {timeout_s:.0f} s; "
+                               "check that the brokers are reachable and the principal may WRITE it")
+    error, message = result[0]
+    if error is not None:
+        raise KafkaClientError(f"appending to the claims topic {topic!r} failed: {error.str()}; "
+                               "check that the principal may WRITE it")
+    return message.offset()
+
+
+# ---------------------------------------------------------------------------- executor side
+
+class ClaimsClients:
+    """A worker's claims producer and consumer, and what fencing an older attempt needs."""
+
+    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], group: str,
+                 transaction_timeout_ms: int):
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_params = kafka_params
+        self.group = group
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+
+    def producer(self) -> Producer:
+        if self._producer is None:
+            self._producer = claims_producer(self.bootstrap_servers, self.kafka_params)
+        return self._producer
+
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({
+                **self.kafka_params,
+                "bootstrap.servers": self.bootstrap_servers,
+                # The pipeline's group, which its principal may already use; never joined: assign() only.
+                # Without one (progress records) librdkafka still wants a name; nothing is committed.
+                "group.id": self.group or CLAIMS_READER_GROUP,
+                "enable.auto.commit": "false",
+                "enable.partition.eof": "true",
+                "auto.offset.reset": "error",
+                "isolation.level": "read_uncommitted",
+                "fetch.wait.max.ms": 10,
+            })
+        return self._consumer
+
+    def close(self) -> None:
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                close_client(client)
+
+
+def read_claims(consumer: Consumer, topic: str, start: int, last: int) -> list["Claim | GroupStamp"]:
+    """The claims, releases and stamps in the claims topic from ``start`` to ``last`` inclusive."""
+    if last < start:
+        raise StaleAttemptError(
+            f"the claims topic {topic!r} ends at {last}, before this plan's record at {start}: it was deleted "
+            "and created again since the batch was planned; refusing to commit. Restart the query"
+        )
+    consumer.assign([TopicPartition(topic, 0, start)])
+    try:
+        return _read_assigned(consumer, topic, start, last)
+    finally:
+        # No background fetch at the partition's end while the worker does other work: the next
+        # assign() would wait for it (up to fetch.wait.max.ms) before fetching from its own start.
+        consumer.unassign()
+
+
+def await_record(consumer: Consumer, topic: str, start: int, wanted: Callable[[object], bool], timeout_s: float):
+    """The first record from ``start`` on for which ``wanted`` is true, or None after ``timeout_s``."""
+    consumer.assign([TopicPartition(topic, 0, start)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and not _skippable(message.error(), topic, start):
+                record = parse_record(message.value(), message.offset())
+                if wanted(record):
+                    return record
+        return None
+    finally:
+        consumer.unassign()
+
+
+def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> list:
+    records: list = []
+    position = start
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while position <= last:
+        if time.monotonic() > deadline:
+            raise KafkaClientError(f"reading the claims topic {topic!r} from {start} to {last} timed out after "
+                                   f"{REQUEST_TIMEOUT_S:.0f} s (at {position})")
+        # poll, not consume(n, timeout): consume waits out its timeout unless n records arrive.
+        message = consumer.poll(0.5)
+        if message is None or _skippable(message.error(), topic, start):
+            continue
+        position = message.offset() + 1
+        record = parse_record(message.value(), message.offset()) if message.offset() <= last else None
+        if record is not None:
+            records.append(record)
+    return records
+
+
+def _skippable(error: KafkaError | None, topic: str, start: int) -> bool:
+    """True for an error to read past; raises for one that ends the read."""
+    if error is None:
+        return False
+    if error.code() == KafkaError._AUTO_OFFSET_RESET:  # the plan's offset is below the log start
+        raise StaleAttemptError(
+            f"reading the claims topic {topic!r} from this plan's record at {start} failed ({error.str()}): the "
+            "claims are gone (retention?), so this attempt cannot show that it is the newest; refusing to commit. "
+            "Restart the query to re-plan the batch"
+        )
+    if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+        return True
+    raise KafkaClientError(f"reading the claims topic {topic!r} failed: {error.str()}; check that the principal "
+                           "may READ it")

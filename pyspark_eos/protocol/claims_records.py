@@ -1,0 +1,84 @@
+"""The records of the claims topic, as bytes on the wire and as values in the code.
+
+Four kinds, each a JSON object with a ``kind`` (docs/exactly-once.md draws who writes which):
+
+- ``plan``: appended by the driver for each plan of a batch; its offset orders the plans
+  (``PlanRecord.offset``, claims_log).
+- ``stamp``: appended by the driver for each new generation of its group membership, so that
+  the tasks of a plan made under an older generation commit under the new one.
+- ``claim``: appended by a write task's attempt before its stable read of the group's offsets.
+- ``release``: appended by an attempt whose transaction ended, so no later attempt fences its id.
+
+Field names are kept as first written (``plan``, ``attempt``, ``memberships``): claims outlive a
+version of the package, and a reader must understand the claims of the one before it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from .group_stamp import GroupStamp
+from .offset_range import TopicPartitionKey
+
+PLAN, CLAIM, RELEASE, STAMP = "plan", "claim", "release", "stamp"
+
+
+@dataclass(frozen=True, order=True)
+class AttemptOrder:
+    """Which of two attempts of one task is the newer: the later plan, then Spark's later attempt."""
+
+    plan: int  # the offset of the attempt's newest plan record
+    attempt: int  # TaskContext.taskAttemptId(): grows within one run (one SparkContext)
+
+    def __str__(self) -> str:
+        return f"plan {self.plan} attempt {self.attempt}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim or a release of one attempt on a task's input partitions."""
+
+    kind: str
+    group: str
+    partitions: frozenset[TopicPartitionKey]
+    order: AttemptOrder
+    transactional_id: str
+    task: str
+    offset: int = -1
+    # The run tokens of the attempt's plans' group stamps: which instance of the pipeline it
+    # belongs to. Empty in a claim written without them: it counts as one of this instance's.
+    run_tokens: frozenset[str] = frozenset()
+
+    def to_json(self) -> bytes:
+        return json.dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
+                           "plan": self.order.plan, "attempt": self.order.attempt,
+                           "transactional_id": self.transactional_id, "task": self.task,
+                           "memberships": sorted(self.run_tokens)}).encode()
+
+    def same_instance(self, other: "Claim") -> bool:
+        return not self.run_tokens or not other.run_tokens or bool(self.run_tokens & other.run_tokens)
+
+
+def plan_value(group_id: str) -> bytes:
+    return json.dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()}).encode()
+
+
+def stamp_value(stamp: GroupStamp) -> bytes:
+    return json.dumps({"kind": STAMP, **stamp.as_json()}).encode()
+
+
+def parse_record(value: bytes, offset: int) -> "Claim | GroupStamp | None":
+    """The claim, release or stamp in one record; None for a plan record or anything not ours."""
+    try:
+        data = json.loads(value)
+        kind = data.get("kind")
+        if kind == STAMP:
+            return GroupStamp.from_json(data)
+        if kind not in (CLAIM, RELEASE):
+            return None
+        return Claim(kind, data["group"], frozenset((t, p) for t, p in data["partitions"]),
+                     AttemptOrder(data["plan"], data["attempt"]), data["transactional_id"], data.get("task", "?"),
+                     offset, frozenset(data.get("memberships", ())))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

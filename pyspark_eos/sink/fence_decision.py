@@ -1,0 +1,61 @@
+"""What an attempt does about the other attempts of its task, from the claims it read: the fence
+decision of the claims protocol (sink/attempt_fencing), a pure function of plain records.
+
+In the model (docs/model/, step 4): scan the claims of its run from the plan's record to its own
+claim; a newer claim makes it ``stale`` (refuse), each older unreleased claim under another
+transactional id goes into ``fence``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable
+
+from ..protocol.claims_records import CLAIM, RELEASE, Claim
+from ..protocol.group_stamp import GroupStamp
+
+
+class FenceOutcome(Enum):
+    PROCEED = "proceed"  # no other attempt of this instance may commit the input
+    FENCE = "fence"  # older attempts may still commit: fence their ids, then proceed
+    REFUSE = "refuse"  # a newer attempt has claimed the input: this one is stale
+
+
+@dataclass(frozen=True)
+class FenceVerdict:
+    outcome: FenceOutcome
+    to_fence: tuple[Claim, ...] = ()  # one claim per transactional id to fence
+    newer: Claim | None = None  # the newer claim that makes this attempt stale
+    other_instances: tuple[Claim, ...] = ()  # unreleased claims of another instance: logged only
+    stamps: tuple[GroupStamp, ...] = ()  # the group generations recorded since the plans
+
+
+def decide_fence(own: Claim, records: Iterable["Claim | GroupStamp"]) -> FenceVerdict:
+    """The verdict on ``own`` given the claims topic's records from its plans' start to its claim."""
+    records = list(records)
+    stamps = tuple(r for r in records if isinstance(r, GroupStamp) and r.group_id == own.group)
+    overlapping = [c for c in records if isinstance(c, Claim)
+                   and c.group == own.group and c.partitions & own.partitions and c.offset != own.offset]
+    rivals = [c for c in overlapping if own.same_instance(c)]
+    others = tuple(unreleased(c for c in overlapping if not own.same_instance(c)))
+    newer = [c for c in rivals if c.kind == CLAIM and c.order > own.order]
+    if newer:
+        return FenceVerdict(FenceOutcome.REFUSE, newer=newer[0], other_instances=others, stamps=stamps)
+    zombies = _unreleased_older(rivals, own)
+    outcome = FenceOutcome.FENCE if zombies else FenceOutcome.PROCEED
+    return FenceVerdict(outcome, tuple(zombies), other_instances=others, stamps=stamps)
+
+
+def unreleased(claims: Iterable[Claim]) -> list[Claim]:
+    """The claims among ``claims`` whose attempt appended no release (released ones may not commit)."""
+    claims = list(claims)
+    released = {(c.order, c.transactional_id) for c in claims if c.kind == RELEASE}
+    return [c for c in claims if c.kind == CLAIM and (c.order, c.transactional_id) not in released]
+
+
+def _unreleased_older(rivals: list[Claim], own: Claim) -> list[Claim]:
+    older: dict[str, Claim] = {}
+    for c in unreleased(rivals):
+        if c.order < own.order and c.transactional_id != own.transactional_id:
+            older.setdefault(c.transactional_id, c)
+    return list(older.values())

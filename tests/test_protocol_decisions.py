@@ -1,0 +1,146 @@
+"""The protocol's decisions without a broker, one test per action of the model (docs/model/README.md,
+"Model actions and the code"): step 4, the fence decision on the claims an attempt read
+(sink/fence_decision); step 6, the commit decision on the group's committed offsets
+(sink/commit_decision), for input offsets and for progress records. Broker tests of the same
+cases: test_attempt_fencing, test_sink_transactions, test_any_source."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pyspark_eos.errors import (FencedError, NonDeterministicReplayError, OffsetMismatchError, StaleAttemptError,
+                                UnassignedPartitionError)
+from pyspark_eos.kafka.group_offsets import Committed
+from pyspark_eos.protocol.claims_log import PlanRecord
+from pyspark_eos.protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
+from pyspark_eos.protocol.group_stamp import GroupStamp
+from pyspark_eos.protocol.offset_range import OffsetRange
+from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
+                                              decide_progress_commit, partition_metadata)
+from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence
+from pyspark_eos.sink.task_progress import ProgressKey, committed_plan, progress_metadata
+
+from .test_sink_units import _columns, _digest
+
+INPUT = frozenset({("orders", 0)})
+
+
+def claim(plan: int, attempt: int, transactional_id: str, offset: int, kind: str = CLAIM,
+          partitions=INPUT, run_tokens=frozenset({"run-1"})) -> Claim:
+    return Claim(kind, "g", partitions, AttemptOrder(plan, attempt), transactional_id, f"task 0 (attempt {attempt})",
+                 offset, frozenset(run_tokens))
+
+
+OWN = claim(10, 7, "t-own", 20)
+
+
+# ------------------------------------------------------------------ model step 4: scan the claims
+
+def test_step4_alone_the_attempt_proceeds():
+    assert decide_fence(OWN, [OWN]).outcome is FenceOutcome.PROCEED
+
+
+def test_step4_a_newer_claim_on_its_input_makes_the_attempt_stale():
+    newer = claim(10, 8, "t-newer", 15)  # appended before this one, by a later attempt of the same plan
+    verdict = decide_fence(OWN, [newer, OWN])
+    assert verdict.outcome is FenceOutcome.REFUSE and verdict.newer == newer
+    later_plan = claim(11, 2, "t-replay", 16)  # a later plan's attempt: newer whatever its attempt id
+    assert decide_fence(OWN, [later_plan, OWN]).outcome is FenceOutcome.REFUSE
+
+
+def test_step4_an_older_unreleased_claim_under_another_id_goes_into_fence_once_per_id():
+    older = claim(10, 5, "t-older", 12)
+    copy = dataclasses.replace(older, offset=13)  # the same claim appended twice (a retried append)
+    verdict = decide_fence(OWN, [older, copy, OWN])
+    assert verdict.outcome is FenceOutcome.FENCE and verdict.to_fence == (older,)
+
+
+def test_step4_a_released_claim_its_own_id_or_its_own_earlier_copy_is_not_fenced():
+    older = claim(10, 5, "t-older", 12)
+    released = claim(10, 5, "t-older", 14, kind=RELEASE)
+    same_id = claim(10, 3, "t-own", 11)  # an earlier attempt in the same slot: this attempt's own init fenced it
+    own_copy = dataclasses.replace(OWN, offset=19)  # this attempt's claim, written twice
+    assert decide_fence(OWN, [older, same_id, released, own_copy, OWN]).outcome is FenceOutcome.PROCEED
+
+
+def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fenced_nor_a_reason_to_refuse():
+    other_instance = claim(12, 9, "t-other", 15, run_tokens={"run-2"})
+    other_input = claim(12, 9, "t-x", 16, partitions=frozenset({("orders", 1)}))
+    other_group = dataclasses.replace(claim(12, 9, "t-y", 17), group="h")
+    verdict = decide_fence(OWN, [other_instance, other_input, other_group, OWN])
+    assert verdict.outcome is FenceOutcome.PROCEED and verdict.other_instances == (other_instance,)
+    # a claim without run tokens (written without them) counts as this instance's
+    tokenless = claim(12, 9, "t-old-writer", 18, run_tokens=())
+    assert decide_fence(OWN, [tokenless, OWN]).outcome is FenceOutcome.REFUSE
+
+
+def test_step4_the_groups_stamps_read_on_the_way_are_kept_for_a_rebalance():
+    stamp = GroupStamp(b"m", "g", 4, "member", "i", INPUT, "run-1")
+    other_group = dataclasses.replace(stamp, group_id="h")
+    assert decide_fence(OWN, [stamp, other_group, OWN]).stamps == (stamp,)
+
+
+# ------------------------------------------------------------------ model step 6: decide on what is committed
+
+STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
+PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))
+
+
+def at(o0, o1, metadata=""):
+    return {("t", 0): Committed(o0, metadata), ("t", 1): Committed(o1, metadata)}
+
+
+def test_step6_seen_at_the_start_goes_on_to_commit():
+    assert decide_input_commit(PLAN, at(10, 5)) is CommitDecision.COMMIT
+    assert decide_input_commit(PLAN, at(None, None)) is CommitDecision.COMMIT  # never committed: a first plan
+
+
+def test_step6_seen_at_the_end_aborts_and_succeeds():
+    assert decide_input_commit(PLAN, at(20, 6)) is CommitDecision.SKIP
+
+
+def test_step6_anything_else_fails_writing_nothing():
+    for committed in (at(20, 5), at(12, 5), at(30, 6)):
+        with pytest.raises(OffsetMismatchError, match=r"t-0@\d+, t-1@\d+ but this task read t-0\[10,20\)"):
+            decide_input_commit(PLAN, committed)
+
+
+def test_step6_offsets_another_query_committed_name_the_other_instance():
+    theirs = partition_metadata(3, "7", "their-query")
+    committed = {("t", 0): Committed(27, theirs), ("t", 1): Committed(5, theirs)}
+    with pytest.raises(FencedError, match=r"another streaming query \(id their-query\), not by this one \(id our-query\)"):
+        decide_input_commit(PLAN, committed, "our-query")
+    with pytest.raises(OffsetMismatchError):  # this query's own offsets, or a batch write's: the checkpoint disagrees
+        decide_input_commit(PLAN, {("t", 0): Committed(27, partition_metadata(3, "7", "our-query")),
+                                   ("t", 1): Committed(5, "")}, "our-query")
+    with pytest.raises(OffsetMismatchError):
+        decide_input_commit(PLAN, committed, None)
+    assert decide_input_commit(PLAN, at(10, 5, theirs), "our-query") is CommitDecision.COMMIT
+
+
+def test_step6_a_partition_outside_the_stamp_or_committed_under_a_newer_generation_is_refused():
+    unowned = CommitPlan(((STAMP, (OffsetRange("t", 2, 0, 5),)),))
+    with pytest.raises(UnassignedPartitionError, match=r"t-2\[0,5\).*not assigned"):
+        decide_input_commit(unowned, {})
+    with pytest.raises(UnassignedPartitionError, match="newer generation"):
+        decide_input_commit(PLAN, at(10, 5, partition_metadata(4, "7", "q")))
+
+
+def test_step6_progress_commits_a_new_batch_skips_a_replay_and_refuses_an_older_or_different_one():
+    key = ProgressKey("eos-kafka", "q-1", 3, "claims")
+    assert key.group_id == "eos-kafka.progress.q-1.3" and key.partition == ("claims", 0)
+    digest = _digest([_columns([b"a", b"b"])])
+    replay = digest.as_json()
+    stored = Committed(8, progress_metadata(7, "q-1", digest, PlanRecord("claims", 42)))
+    assert committed_plan(stored) == 42 and committed_plan(NEVER) is None
+    assert committed_plan(Committed(8, '{"batch":7}')) is None  # committed before progress named its plan
+    assert decide_progress_commit(7, NEVER, replay, "task 3") is CommitDecision.COMMIT
+    assert decide_progress_commit(8, stored, replay, "task 3") is CommitDecision.COMMIT  # the next batch
+    assert decide_progress_commit(12, stored, replay, "task 3") is CommitDecision.COMMIT  # no task 3 in 8-11
+    assert decide_progress_commit(7, stored, replay, "task 3") is CommitDecision.SKIP  # a replay
+    with pytest.raises(NonDeterministicReplayError, match=r"task 3: batch 7 was written before with 2 record\(s\) "
+                       r"\(checksum [0-9a-f]{16}\), and its replay has 1 .*not deterministic"):
+        decide_progress_commit(7, stored, _digest([_columns([b"a"])]).as_json(), "task 3")
+    with pytest.raises(StaleAttemptError, match="already written batch 7 of the query, after batch 6"):
+        decide_progress_commit(6, stored, replay, "task 3")
