@@ -146,7 +146,8 @@ def _commit_input(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, 
     plan = commitment.plan = _input_plan(provenance, options, count)
     if plan is None:
         return _commit_records_only(worker.producer, count)
-    commitment.claim = _enforced(_claim(options, plan, task, worker))
+    commitment.claim = _claim(options, plan, task, worker)
+    _enforce(commitment.claim)
     if commitment.claim is not None:
         plan = commitment.plan = under_current_generation(plan, commitment.claim, task.describe())
     sends = [_OffsetsToSend([TopicPartition(r.topic, r.partition, r.end,
@@ -158,11 +159,11 @@ def _commit_input(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, 
         lambda: sends), commitment.claim)
 
 
-def _enforced(claim: AttemptClaim | None) -> AttemptClaim | None:
-    """The attempt's claim once its fence decision was acted on (model step 4)."""
+def _enforce(claim: AttemptClaim | None) -> None:
+    """Act on the attempt's fence decision (model step 4). The claim is the task's before this:
+    a refused attempt releases it too."""
     if claim is not None:
         claim.enforce()
-    return claim
 
 
 def _produce(worker: WorkerProducer, batches: Iterable[RecordColumns], delivery: DeliveryErrors,
@@ -312,9 +313,10 @@ def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInf
         # its transaction only when sending its offsets, after its claim (see _deliver).
         return _commit_records_only(worker.producer, 0)
     _deliver(worker.producer, options)
-    commitment.claim = _enforced(claim_attempt(
+    commitment.claim = claim_attempt(
         claims_clients_for(options), [progress_plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
-        task.describe(), worker.transactional_id, not_before=_last_committed_plan(options, key)))
+        task.describe(), worker.transactional_id, not_before=_last_committed_plan(options, key))
+    _enforce(commitment.claim)
     batch = int(task.batch_id)
     metadata = progress_metadata(batch, task.query_id, digest, progress_plan)
     return _commit_decided(worker, options, task, _Commit(
