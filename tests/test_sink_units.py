@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from pyspark_eos.sink.commit_decision import CommitPlan, commit_plan
-from pyspark_eos.errors import ConfigurationError, FencedError, ProvenanceError
+from pyspark_eos.errors import ConfigurationError, FencedError, ProvenanceError, StaleAttemptError
 from pyspark_eos.protocol.claims_records import parse_record, stamp_value
 from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.protocol.offset_range import OffsetRange
@@ -337,3 +337,39 @@ def test_a_cached_producer_is_replaced_when_the_groups_coordinator_moved_or_cann
     from pyspark_eos.sink.producer_pool import WorkerProducer, _coordinator_moved
 
     assert _coordinator_moved(WorkerProducer("id", None, 1, group_coordinator=last), now) is moved
+
+
+class _RefusedClaim:
+    """An attempt's claim whose fence decision refuses it (a newer attempt claimed the input)."""
+
+    released = False
+
+    def enforce(self):
+        raise StaleAttemptError("a newer attempt of this task has claimed its input")
+
+    def release(self):
+        self.released = True
+
+
+class _TransactionalProducer:
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.calls.append(name)
+
+
+def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(monkeypatch):
+    from pyspark_eos.sink import transactional_writer as writer
+    from pyspark_eos.sink.producer_pool import WorkerProducer
+
+    claim = _RefusedClaim()
+    monkeypatch.setattr(writer, "collect", lambda attempt: ([], []))
+    monkeypatch.setattr(writer, "_input_plan", lambda provenance, options, count: PLAN)
+    monkeypatch.setattr(writer, "_claim", lambda options, plan, task, worker: claim)
+    options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.group.id": "g"})
+    worker = WorkerProducer("eos-kafka.g.driver.0", _TransactionalProducer(), 1, 0)
+    with pytest.raises(StaleAttemptError, match="none of this task's records are visible"):
+        writer._write_in_slot([], options, worker)
+    assert "abort_transaction" in worker.producer.calls and "commit_transaction" not in worker.producer.calls
+    assert claim.released  # a later attempt must not fence the id of this one, which has ended
