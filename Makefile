@@ -48,7 +48,7 @@ dist/.built: $(STAMP) setup.cfg pyproject.toml README.md devtools/distribution.p
 	$(PY) -m devtools.distribution --out dist
 	touch $@
 
-## bench: the side-by-side benchmarks (see benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run
+## bench: every benchmark scenario (benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run, "--scenario copy,..." for some
 bench: setup $(VENV)/.bench-installed
 	$(PY) -m benchmarks.bench $(BENCH_ARGS)
 

@@ -1,44 +1,64 @@
-"""What is measured: each contender copies (or only reads, or only writes) the same input.
+"""The contenders: each copies (or only reads, or only writes) the same input, and every run's
+output is counted.
 
 Kafka -> Kafka copy contenders:
 - ``eos-kafka``: the eos-kafka source and sink, exactly-once (a Structured Streaming query); the
   source reads only the key and value it copies (``COPY_SCHEMA``);
+- ``eos-kafka at-least-once``: the same with the sink's ``deliveryGuarantee=at-least-once`` (a
+  transaction per task, no input offsets);
 - ``spark-kafka``: Spark's own Kafka source and sink (at-least-once), the same query shape;
 - ``spark-kafka -> eos-kafka``: Spark's Kafka source into the eos-kafka sink without a group,
-  exactly-once by progress records (the sink's mode for any replayable source): what skipping the
-  eos-kafka source, and Spark's Python process that runs it for each query, comes to;
+  exactly-once by progress records (the sink's mode for any replayable source);
 - ``kafka-copier``: Kafka's TransactionalMessageCopier (JVM, KIP-447 consume-transform-produce);
-- ``python-loop``: one Python process, confluent-kafka consumer -> transactional producer.
+- ``python-loop``: one Python process, confluent-kafka consumer -> transactional producer;
+- ``python-stream``: a Python streaming source and sink that only hand Arrow batches over, no
+  Kafka (python_stream.py): what Spark charges any Python pipeline.
 
-Streaming contenders run ``Trigger.AvailableNow`` with ``maxOffsetsPerTrigger``, so a run is a
-series of micro-batches whose durations Spark reports; the loop and the copier commit a
-transaction every ``batch_records`` records.
+Copies run ``Trigger.AvailableNow`` with ``maxOffsetsPerTrigger``, so a run is a series of
+micro-batches whose durations Spark reports; the loop and the copier commit a transaction every
+``batch`` records. ``steady_copy`` runs a query as records come (``processingTime`` 0) while a
+producer writes at a fixed rate: the latency and memory scenarios.
+
+This is the one module of the benchmarks that reaches inside eos-kafka: ``claim_cost_ms`` times a
+write task's claim alone with the runtime's claims protocol.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import os
 import re
 import statistics
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
 
-from pyspark_eos.sink.attempt_fencing import ClaimsLog, FencingClients, claim_attempt
+from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog
+from pyspark_eos.sink.attempt_fencing import claim_attempt
 from pyspark_eos.testing.embedded_kafka import create_topic, kafka_tool_command
-from pyspark_eos.testing.fault_injection import ATTEMPT_FENCING_OFF, arm
+from pyspark_eos.testing.fault_injection import ATTEMPT_FENCING_OFF, HOOKS_ENV, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs, jars_not_in_spark, local_spark_session
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.testing.output_check import last_stable_offsets
 
+from devtools.processes import WorkerSampler
+
 from .python_stream import NullStream, counted
-from .workload import busy_fraction, count_committed, cpu_times, process_cpu_seconds, unique, write_input
+from .workload import (SteadyInput, busy_fraction, count_committed, cpu_times, process_cpu_seconds,
+                       sent_at_ns, unique, write_input)
 
 log = logging.getLogger(__name__)
+
+# Contenders that may write a record more than once (a retried task): their output is checked for
+# every record at least once, the others' for every record exactly once.
+AT_LEAST_ONCE = ("spark-kafka", "eos-kafka at-least-once")
 
 
 @dataclass
@@ -65,7 +85,7 @@ class Ground:
 
     @property
     def jvm_pid(self) -> int:
-        """The Spark JVM's process id: its Python processes are the ones sampled (pyspark_eos.testing.processes)."""
+        """The Spark JVM's process id: its Python processes are the ones sampled."""
         return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
@@ -87,9 +107,29 @@ def warm_up(ground: Ground) -> None:
     spark_kafka_copy(ground, source, 2, 2000, 1000)
 
 
+def measured(label: str, contender, ground: Ground, *args, **kwargs) -> Run:
+    """One run of ``contender(ground, source, partitions, records, ...)``, with the memory and Kafka
+    clients of Spark's Python processes sampled; a contender that fails is reported as failed
+    (``extra["error"]``, no records out) instead of ending the whole benchmark."""
+    try:
+        with WorkerSampler(ground.jvm_pid) as sampler:
+            run = contender(ground, *args, **kwargs)
+        run.extra["workers"] = sampler.summary()
+        return run
+    except Exception as error:  # noqa: BLE001 - any failure of a contender is a result to report
+        log.exception("%s failed", label)
+        return Run(label, float("inf"), args[2], 0, extra={"error": str(error)[:2000]})
+
+
+# ----------------------------------------------------------------------------- attempt fencing
+
 @contextlib.contextmanager
 def attempt_fencing(ground: Ground, on: bool):
-    """Runs inside with the sink's attempt fencing on, or switched off (fault injection's switch)."""
+    """Runs inside with the sink's attempt fencing on, or switched off (fault injection's switch,
+    which the Spark processes read only when fault injection was enabled before Spark started)."""
+    if not on and not os.environ.get(HOOKS_ENV):
+        raise RuntimeError("attempt fencing can be switched off only with fault injection enabled before Spark "
+                           "starts (pyspark_eos.testing.fault_injection.enable())")
     switches = [] if on else [arm(ATTEMPT_FENCING_OFF, d) for d in executor_local_dirs(ground.spark)]
     try:
         yield
@@ -98,23 +138,27 @@ def attempt_fencing(ground: Ground, on: bool):
             switch.unlink(missing_ok=True)
 
 
-def claim_cost_ms(ground: Ground, tasks: int = 200, tasks_per_plan: int = 8) -> list[float]:
+def claim_cost_ms(ground: Ground, tasks: int, tasks_per_plan: int = 8) -> list[float]:
     """Milliseconds a write task spends in the claims protocol (append a claim, read the plan's
     claims, release), timed one task after another in one process, with no rival attempt."""
     group = unique("bench-claims")
     claims = ClaimsLog(ground.bootstrap, {}, unique("bench-claims"))
-    clients = FencingClients(ground.bootstrap, {}, group, 60000)
+    clients = ClaimsClients(ground.bootstrap, {}, group, 60000)
     timings = []
-    for index in range(tasks):
-        if index % tasks_per_plan == 0:
-            plan = claims.open_plan(group)
-        started = time.perf_counter()
-        claim = claim_attempt(clients, [plan], group, [("input", index % tasks_per_plan)], index,
-                              f"task {index}", f"bench.{index % 2}")
-        claim.enforce()
-        claim.release()
-        timings.append((time.perf_counter() - started) * 1000)
-    clients.producer().flush(30)
+    try:
+        for index in range(tasks + tasks_per_plan):
+            if index % tasks_per_plan == 0:
+                plan = claims.open_plan(group)
+            started = time.perf_counter()
+            claim = claim_attempt(clients, [plan], group, [("input", index % tasks_per_plan)], index,
+                                  f"task {index}", f"bench.{index % 2}")
+            claim.enforce()
+            claim.release()
+            timings.append((time.perf_counter() - started) * 1000)
+        clients.producer().flush(30)
+    finally:
+        clients.close()
+        claims.close()
     return timings[tasks_per_plan:]  # the first plan's tasks pay for connecting
 
 
@@ -127,13 +171,10 @@ COPY_SCHEMA = "key binary, value binary"
 def eos_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int,
                    sink_options: dict | None = None, name: str = "eos-kafka", source_options: dict | None = None,
                    schema: str | None = COPY_SCHEMA) -> Run:
+    """``sink_options``/``source_options`` change or, with a None value, drop an option."""
     group, prefix = unique("bench-eos"), unique("bench")
-    source_options = {"kafka.group.id": group, **(source_options or {})}
-    if (sink_options or {}).get("transactionalIdPer") == "partition":
-        source_options["minRecordsPerPartition"] = 1  # its ids need one input partition per task
-    reader = _stream(ground, "eos-kafka", source, batch, source_options, schema)
+    reader = _stream(ground, "eos-kafka", source, batch, {"kafka.group.id": group, **(source_options or {})}, schema)
     writer_options = {"kafka.group.id": group, "transactionalIdPrefix": prefix, **(sink_options or {})}
-    writer_options = {key: value for key, value in writer_options.items() if value is not None}
     run = _run_stream(ground, name, reader, "eos-kafka", writer_options, partitions, records)
     run.extra["prefix"] = prefix
     return run
@@ -167,19 +208,29 @@ def spark_source_eos_sink(ground: Ground, source: str, partitions: int, records:
                        {"transactionalIdPrefix": unique("bench")}, partitions, records)
 
 
-def _spark_source(ground: Ground, topic: str, batch: int):
+def _spark_source(ground: Ground, topic: str, batch: int | None):
     return _stream(ground, "kafka", topic, batch, {"kafka.isolation.level": "read_committed"})
 
 
-def _stream(ground: Ground, fmt: str, topic: str, batch: int, options: dict, schema: str | None = None):
+def _stream(ground: Ground, fmt: str, topic: str, batch: int | None, options: dict, schema: str | None = None):
+    """A streaming read of ``topic`` from its start, ``batch`` records per micro-batch at most."""
     reader = (ground.spark.readStream.format(fmt).option("kafka.bootstrap.servers", ground.bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", batch))
+              .option("subscribe", topic).option("startingOffsets", "earliest"))
     reader = reader if schema is None else reader.schema(schema)
-    for key, value in options.items():
-        if value is not None:  # None: an option a variant dropped
-            reader = reader.option(key, value)
-    return reader.load()
+    if batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", batch)
+    return reader.options(**_set(options)).load()
+
+
+def _set(options: dict) -> dict:
+    """The options that have a value (None: an option a variant dropped)."""
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def _writer(ground: Ground, frame, fmt: str, output: str, options: dict):
+    return (frame.select("key", "value").writeStream.format(fmt)
+            .option("kafka.bootstrap.servers", ground.bootstrap).option("topic", output)
+            .option("checkpointLocation", str(ground.work / unique("checkpoint"))).options(**_set(options)))
 
 
 def python_stream_copy(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int) -> Run:
@@ -198,12 +249,7 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
                 written=None) -> Run:
     """``written(output topic)``: the records the run wrote (default: those committed in the topic)."""
     output = create_topic(ground.bootstrap, unique("out-" + re.sub(r"[^A-Za-z0-9]+", "-", name)), partitions)
-    writer = (frame.select("key", "value").writeStream.format(fmt)
-              .option("kafka.bootstrap.servers", ground.bootstrap).option("topic", output)
-              .option("checkpointLocation", str(ground.work / unique("checkpoint")))
-              .trigger(availableNow=True))
-    for key, value in options.items():
-        writer = writer.option(key, value)
+    writer = _writer(ground, frame, fmt, output, options).trigger(availableNow=True)
     jvm = ground.jvm_pid
     started, cpu, by_process = time.perf_counter(), cpu_times(), process_cpu_seconds(jvm)
     query = writer.start()
@@ -301,25 +347,24 @@ def _copy_some(consumer: Consumer, producer: Producer, source: str, output: str,
 
 # --------------------------------------------------------------------------- source, sink alone
 
-def read_into_noop(ground: Ground, fmt: str, source: str, options: dict) -> float:
-    reader = (ground.spark.read.format(fmt).option("kafka.bootstrap.servers", ground.bootstrap)
-              .option("subscribe", source).option("startingOffsets", "earliest"))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    started = time.perf_counter()
-    reader.load().write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
-
-
 FORMATS = {"eos-kafka": "eos-kafka", "spark-kafka": "kafka"}
 
 
 def source_alone(ground: Ground, source: str, partitions: int, records: int, name: str) -> Run:
-    options = {"kafka.isolation.level": "read_committed"} if name == "spark-kafka" else {}
-    return Run(name, read_into_noop(ground, FORMATS[name], source, options), records, records)
+    """A batch read of ``source`` into Spark's noop sink; the rows read are counted as they pass."""
+    reader = (ground.spark.read.format(FORMATS[name]).option("kafka.bootstrap.servers", ground.bootstrap)
+              .option("subscribe", source).option("startingOffsets", "earliest"))
+    if name == "spark-kafka":
+        reader = reader.option("kafka.isolation.level", "read_committed")
+    rows = Observation(unique("read"))
+    started = time.perf_counter()
+    reader.load().observe(rows, F.count(F.lit(1)).alias("rows")).write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - started
+    return Run(name, seconds, records, rows.get["rows"])
 
 
 def sink_alone(ground: Ground, source: str, partitions: int, records: int, name: str, size: int = 100) -> Run:
+    """A batch write of ``records`` generated rows (``source`` unused)."""
     frame = ground.spark.range(records, numPartitions=partitions).selectExpr(
         "CAST(id AS STRING) AS key", f"repeat('x', {size}) AS value")
     output = create_topic(ground.bootstrap, unique(f"out-sink-{name}"), partitions)
@@ -328,3 +373,126 @@ def sink_alone(ground: Ground, source: str, partitions: int, records: int, name:
      .option("topic", output).save())
     seconds = time.perf_counter() - started
     return Run(name, seconds, records, count_committed(ground.bootstrap, output, partitions))
+
+
+# --------------------------------------------------------------------- copies as records come
+
+@dataclass
+class SteadyRun:
+    contender: str
+    seconds: float
+    records: int
+    records_out: int
+    batches: int
+    latencies: list[tuple[int, float]]  # (sent at, ns since the epoch; ms until a read_committed consumer had it)
+    workers: list[dict]
+    rss_mib_series: dict[str, list[tuple[int, float]]]  # per Python worker: (seconds, MiB)
+
+
+def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: float, batch: int | None = None,
+                sample_every_s: float | None = None, probe: bool = False) -> SteadyRun:
+    """``name`` (eos-kafka or spark-kafka) copying records as a producer writes ``rate`` records/s
+    for ``seconds``, the query started first and running micro-batches back to back; with
+    ``sample_every_s`` Spark's Python processes are sampled, with ``probe`` each record's latency
+    from its producer to a read_committed consumer of the output is kept."""
+    source = create_topic(ground.bootstrap, unique("steady-in"), partitions)
+    output = create_topic(ground.bootstrap, unique("steady-out"), partitions)
+    query = _continuous_copy(ground, name, source, output, batch)
+    latency = LatencyProbe(ground.bootstrap, output, partitions) if probe else None
+    writer = SteadyInput(ground.bootstrap, source, partitions, rate, seconds)
+    sampler = WorkerSampler(ground.jvm_pid, sample_every_s or 3600.0)
+    try:
+        _wait_for_start(query)
+        with sampler if sample_every_s else contextlib.nullcontext():
+            if latency:
+                latency.start()
+            started = time.monotonic()
+            writer.start()
+            written = writer.finish(lambda: log.info("%s: %d records written, %d batches run", name, writer.written,
+                                                     _batches(query)))
+            _wait_caught_up(query, written)
+            elapsed = time.monotonic() - started
+        if latency:
+            latency.wait_for(written)
+    finally:
+        query.stop()
+        if latency:
+            latency.stop()
+    return SteadyRun(name, elapsed, written, count_committed(ground.bootstrap, output, partitions), _batches(query),
+                     latency.latencies if latency else [], sampler.summary() if sample_every_s else [],
+                     {str(t.pid): [(round(at), round(kb / 1024, 1)) for at, kb in t.rss_kb]
+                      for t in sampler.traces.values() if t.role == "worker"})
+
+
+def _continuous_copy(ground: Ground, name: str, source: str, output: str, batch: int | None):
+    if name == "eos-kafka":
+        group = unique("bench-steady")
+        frame = _stream(ground, "eos-kafka", source, batch, {"kafka.group.id": group}, COPY_SCHEMA)
+        fmt, options = "eos-kafka", {"kafka.group.id": group, "transactionalIdPrefix": unique("steady")}
+    elif name == "spark-kafka":
+        frame, fmt, options = _spark_source(ground, source, batch), "kafka", {}
+    else:
+        raise ValueError(f"no steady copy for {name!r}")
+    return _writer(ground, frame, fmt, output, options).trigger(processingTime="0 seconds").start()
+
+
+def _wait_for_start(query, timeout_s: float = 120) -> None:
+    """Until the query has set up its source and sink and found no input yet."""
+    deadline = time.monotonic() + timeout_s
+    while query.status["message"] != "Waiting for data to arrive":
+        if query.exception() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the query did not start in {timeout_s:.0f} s: {query.exception() or query.status}")
+        time.sleep(0.1)  # polling the query's status: nothing to wait on
+
+
+def _batches(query) -> int:
+    progress = query.lastProgress
+    return progress["batchId"] + 1 if progress else 0
+
+
+def _wait_caught_up(query, written: int, timeout_s: float = 600) -> None:
+    """Until the query's batches have read every record written (its progress' input rows)."""
+    deadline = time.monotonic() + timeout_s
+    read = 0
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        read = sum(p["numInputRows"] for p in query.recentProgress)
+        if read >= written and not query.status["isDataAvailable"]:
+            return
+        time.sleep(0.2)  # polling the query's progress: nothing to wait on
+    raise TimeoutError(f"the query read {read} of {written} records in {timeout_s:.0f} s after the input ended")
+
+
+class LatencyProbe(threading.Thread):
+    """Reads a topic with read_committed as its records become visible, keeping each record's
+    latency from the time its value says it was produced (SteadyInput) to the time read here."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        super().__init__(name="latency-probe", daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-latency"),
+                                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 10})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.latencies: list[tuple[int, float]] = []
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                for message in self.consumer.consume(1000, 0.1):
+                    read = time.time_ns()
+                    if message.error() is None:
+                        sent = sent_at_ns(message.value())
+                        self.latencies.append((sent, (read - sent) / 1e6))
+        finally:
+            self.consumer.close()
+
+    def wait_for(self, records: int, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.latencies) < records and time.monotonic() < deadline:
+            time.sleep(0.1)  # the probe's thread appends; nothing to wait on
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(30)

@@ -1,43 +1,42 @@
-"""PNG plots of a benchmark run's rows, one per part that ran (matplotlib, no display needed)."""
+"""PNG plots of a run's rows, one per scenario that ran and has one (matplotlib, no display needed)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .report import RESULTS
 
-
-def draw(rows: list[dict]) -> list[Path]:
+def draw(rows: list[dict], results: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     drawn = []
-    for part, (case_key, title, ylabel) in _PARTS.items():
-        selected = [row for row in rows if row["part"] in part]
+    for scenario, (case_key, title) in _BARS.items():
+        selected = [row for row in rows if row["scenario"] == scenario]
         if selected:
-            drawn.append(_grouped_bars(selected, case_key, title, ylabel, RESULTS / f"{part[0]}.png"))
-    txn = [row for row in rows if row["part"] == "txn"]
-    if txn:
-        drawn.append(_cost_curve(txn, "batch_records", "batch_p50_ms", "records per micro-batch",
-                                 "Per-batch cost against batch size", RESULTS / "txn-cost.png"))
-    scaling = [row for row in rows if row["part"] == "scaling"]
-    if scaling:
-        drawn.append(_cost_curve(scaling, "partitions", "steady_batch_ms", "input partitions",
-                                 "Per-batch cost against input partitions (batches after the first)",
-                                 RESULTS / "scaling-batch-cost.png"))
-    memory = [row for row in rows if row["part"] == "memory"]
+            drawn.append(_grouped_bars(selected, case_key, title, results / f"{scenario}.png"))
+    for scenario, (x_key, y_key, xlabel, title, name) in _CURVES.items():
+        selected = [row for row in rows if row["scenario"] == scenario]
+        if selected:
+            drawn.append(_cost_curve(selected, x_key, y_key, xlabel, title, results / name))
+    memory = [row for row in rows if row["scenario"] == "memory"]
     if memory:
-        drawn.append(_worker_memory(memory[-1], RESULTS / "worker-memory.png"))
+        drawn.append(_worker_memory(memory[-1], results / "worker-memory.png"))
     return drawn
 
 
-_PARTS = {
-    ("copy",): ("record_bytes", "Kafka -> Kafka copy (median of repeats)", "records/s"),
-    ("source-alone", "sink-alone"): ("side", "Source alone and sink alone", "records/s"),
-    ("scaling",): ("partitions", "Scaling with input partitions (same total records)", "records/s"),
+_BARS = {
+    "copy": ("record_bytes", "Kafka -> Kafka copy (median of repeats)"),
+    "alone": ("side", "Source alone and sink alone"),
+    "scaling": ("partitions", "Scaling with input partitions (same total records)"),
+}
+_CURVES = {
+    "per-batch": ("batch_records", "batch_p50_ms", "records per micro-batch", "Per-batch cost against batch size",
+                  "per-batch-cost.png"),
+    "scaling": ("partitions", "steady_batch_ms", "input partitions",
+                "Per-batch cost against input partitions (batches after the first)", "scaling-batch-cost.png"),
 }
 
 
-def _grouped_bars(rows: list[dict], case_key: str, title: str, ylabel: str, path: Path) -> Path:
+def _grouped_bars(rows: list[dict], case_key: str, title: str, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     cases = sorted({row[case_key] for row in rows}, key=str)
@@ -50,13 +49,10 @@ def _grouped_bars(rows: list[dict], case_key: str, title: str, ylabel: str, path
         axes.bar([c + i * width for c in range(len(cases))], values, width, label=name)
     axes.set_xticks([c + width * (len(names) - 1) / 2 for c in range(len(cases))], [str(c) for c in cases])
     axes.set_xlabel(case_key.replace("_", " "))
-    axes.set_ylabel(ylabel)
+    axes.set_ylabel("records/s")
     axes.set_title(title)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _saved(figure, path)
 
 
 def _cost_curve(rows: list[dict], x_key: str, y_key: str, xlabel: str, title: str, path: Path) -> Path:
@@ -72,10 +68,7 @@ def _cost_curve(rows: list[dict], x_key: str, y_key: str, xlabel: str, title: st
     axes.set_ylabel("batch duration, ms (median)")
     axes.set_title(title)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _saved(figure, path)
 
 
 def _worker_memory(row: dict, path: Path) -> Path:
@@ -89,6 +82,12 @@ def _worker_memory(row: dict, path: Path) -> Path:
     axes.set_title(f"Python workers over a {row['minutes']:g}-minute exactly-once copy ({row['batches']} batches)")
     axes.set_ylim(bottom=0)
     axes.legend(fontsize="small")
+    return _saved(figure, path)
+
+
+def _saved(figure, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

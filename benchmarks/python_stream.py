@@ -5,16 +5,14 @@ The source (``bench-null-stream``) yields ready Arrow batches of key and value, 
 ``size`` bytes, 8,192 to a batch as eos-kafka's reader yields them, over ``tasks`` read tasks per
 micro-batch and ``maxOffsetsPerTrigger`` records per micro-batch; it supports
 Trigger.AvailableNow. The sink counts the records its tasks receive and appends each committed
-batch's count to the file named by its ``counts`` option. ``python_stream_copy`` runs it as the
-copy contenders run (``benchmarks.variants --python-stream``): its time outside batches and its
-first batch against its later ones are Spark's part of what a query of eos-kafka costs.
-benchmarks/stages.py's batch-mode source and sink hand their batches over the same way
-(``ready_batches``, ``Counted``).
+batch's count to the file named by its ``counts`` option. ``contenders.python_stream_copy`` runs
+it as the copy contenders run (the ``variants`` scenario's ``python-stream``): its time outside
+batches and its first batch against its later ones are Spark's part of what a query of eos-kafka
+costs.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition,
@@ -65,23 +63,20 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition((first, min(high, first + step))) for first in range(low, high, step)]
 
     def read(self, partition):
+        """The partition's records in batches of up to BATCH: slices of one batch built once."""
         first, end = partition.value
-        return ready_batches(end - first, lambda rows: _batch(rows, self.size))
+        rows = end - first
+        batch = _batch(min(BATCH, rows), self.size)
+        for start in range(0, rows, BATCH):
+            yield batch.slice(0, min(BATCH, rows - start))
 
     def commit(self, end: dict) -> None:
         pass
 
 
-def ready_batches(rows: int, make: Callable[[int], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``rows`` records in batches of up to BATCH: slices of one batch that ``make(records)`` builds once."""
-    batch = make(min(BATCH, rows))
-    for start in range(0, rows, BATCH):
-        yield batch.slice(0, min(BATCH, rows - start))
-
-
 def _batch(rows: int, size: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([None] * rows, pa.binary()), pa.array([b"x" * size] * rows, pa.binary())],
-                                      names=["key", "value"])
+    return pa.RecordBatch.from_arrays(
+        [pa.array([None] * rows, pa.binary()), pa.array([b"x" * size] * rows, pa.binary())], names=["key", "value"])
 
 
 class Counted(WriterCommitMessage):

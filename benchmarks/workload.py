@@ -1,23 +1,25 @@
-"""The benchmarks' ground: sizes, input topics in committed transactions, counting output.
+"""The benchmarks' ground: scales, input topics, a steady producer, counting output, CPU time.
 
-Input is written once per (records, size, partitions) and shared by every contender; each run
-writes to an output topic of its own, and its committed records are counted afterwards with a
-plain read_committed consumer, so a contender that loses or repeats records shows in the table
-instead of passing for fast.
+Input is written once per case and shared by every contender; each run writes to an output
+topic of its own, and its committed records are counted afterwards with a plain read_committed
+consumer, so a contender that loses or repeats records shows in the results (``out ok``) instead
+of passing for fast.
 """
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from devtools.processes import PROC, python_descendants
 from pyspark_eos.testing.output_check import last_stable_offsets
-from pyspark_eos.testing.processes import PROC, python_descendants
 
 log = logging.getLogger(__name__)
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -25,37 +27,67 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class Scale:
+    """Sizes of every scenario at one scale."""
+
     name: str
-    copy_cases: tuple[tuple[int, int], ...]   # (record bytes, records) of the Kafka -> Kafka copy
-    partitions: int
-    repeats: int
-    batch_records: int         # records per micro-batch (maxOffsetsPerTrigger) and per loop transaction
-    alone_records: int         # source alone, sink alone
+    partitions: int                # input partitions of copy, alone, per-batch, latency, memory, variants
+    repeats: int                   # runs of each contender per case (scaling and latency: one)
+    warm_up: bool                  # an unmeasured copy of each Spark contender before a case's runs
+    copy_cases: tuple[tuple[int, int], ...]   # (record bytes, records)
+    batch_records: int             # records per micro-batch (maxOffsetsPerTrigger) and per loop transaction
+    alone_records: int
     scaling_partitions: tuple[int, ...]
-    scaling_records: int
-    scaling_repeats: int
-    txn_batch_sizes: tuple[int, ...]
-    txn_batches: int           # micro-batches per run: the input is this many batches of each size
-    fencing_records: int       # the copy with and without attempt fencing (8 micro-batches)
-    memory_minutes: float      # the memory part: a copy of this long at memory_rate records/s
+    scaling_records: int           # in four micro-batches
+    per_batch_sizes: tuple[int, ...]   # records per micro-batch
+    per_batch_batches: int         # measured micro-batches per run
+    per_batch_skipped: int         # each run's first micro-batches, left out (each worker's clients start there)
+    fencing_partitions: tuple[int, ...]
+    fencing_records: int
+    fencing_batches: int           # micro-batches per copy
+    fencing_claims: int            # write tasks' claims timed alone
+    latency_rate: int              # records/s of the steady producer
+    latency_seconds: float         # per contender
+    memory_minutes: float
     memory_rate: int
+    variants_case: tuple[int, int, int]  # (record bytes, records, records per micro-batch)
+
+    def with_repeats(self, repeats: int) -> Scale:
+        return replace(self, repeats=repeats)
 
 
 SCALES = {
-    "quick": Scale("quick", copy_cases=((100, 40_000), (1000, 40_000)), partitions=8, repeats=1,
-                   batch_records=10_000, alone_records=40_000, scaling_partitions=(8, 64), scaling_records=16_000,
-                   scaling_repeats=1, txn_batch_sizes=(1_000, 5_000), txn_batches=4, fencing_records=40_000,
-                   memory_minutes=1, memory_rate=2_000),
-    # About 8 minutes on 2 cores: enough records per batch to compare one change's effect.
-    "medium": Scale("medium", copy_cases=((100, 400_000), (1000, 200_000)), partitions=8, repeats=2,
-                    batch_records=50_000, alone_records=200_000, scaling_partitions=(8, 64, 256), scaling_records=64_000,
-                    scaling_repeats=1, txn_batch_sizes=(1_000, 10_000), txn_batches=12, fencing_records=100_000,
-                    memory_minutes=3, memory_rate=5_000),
-    # About 40 minutes on 2 cores; per-task costs make 256 partitions slow, hence one repeat there.
-    "full": Scale("full", copy_cases=((100, 3_000_000), (1000, 2_000_000)), partitions=8, repeats=3,
-                  batch_records=100_000, alone_records=500_000, scaling_partitions=(8, 64, 256, 1024),
-                  scaling_records=256_000, scaling_repeats=1, txn_batch_sizes=(1_000, 10_000, 100_000),
-                  txn_batches=8, fencing_records=400_000, memory_minutes=20, memory_rate=5_000),
+    # A few seconds per scenario: the test suite's check that every scenario still runs.
+    "smoke": Scale("smoke", partitions=4, repeats=1, warm_up=False,
+                   copy_cases=((100, 2_000),), batch_records=1_000, alone_records=2_000,
+                   scaling_partitions=(8,), scaling_records=2_000,
+                   per_batch_sizes=(500, 1_000), per_batch_batches=1, per_batch_skipped=1,
+                   fencing_partitions=(4,), fencing_records=2_000, fencing_batches=2, fencing_claims=16,
+                   latency_rate=500, latency_seconds=2, memory_minutes=0.05, memory_rate=500,
+                   variants_case=(100, 2_000, 1_000)),
+    # About 5 minutes on 2 cores: every scenario, small inputs, one repeat; to try a change.
+    "quick": Scale("quick", partitions=8, repeats=1, warm_up=True,
+                   copy_cases=((100, 40_000), (1000, 40_000)), batch_records=10_000, alone_records=40_000,
+                   scaling_partitions=(8, 64), scaling_records=16_000,
+                   per_batch_sizes=(1_000, 5_000), per_batch_batches=4, per_batch_skipped=4,
+                   fencing_partitions=(8, 64), fencing_records=40_000, fencing_batches=8, fencing_claims=200,
+                   latency_rate=1_000, latency_seconds=30, memory_minutes=1, memory_rate=2_000,
+                   variants_case=(1000, 100_000, 20_000)),
+    # Enough records per batch to compare one change's effect.
+    "medium": Scale("medium", partitions=8, repeats=2, warm_up=True,
+                    copy_cases=((100, 400_000), (1000, 200_000)), batch_records=50_000, alone_records=200_000,
+                    scaling_partitions=(8, 64, 256), scaling_records=64_000,
+                    per_batch_sizes=(1_000, 10_000), per_batch_batches=12, per_batch_skipped=4,
+                    fencing_partitions=(8, 64), fencing_records=100_000, fencing_batches=8, fencing_claims=200,
+                    latency_rate=2_000, latency_seconds=60, memory_minutes=3, memory_rate=5_000,
+                    variants_case=(1000, 600_000, 100_000)),
+    # The figures to quote; per-task costs make 1024 partitions slow, hence one run per case there.
+    "full": Scale("full", partitions=8, repeats=3, warm_up=True,
+                  copy_cases=((100, 3_000_000), (1000, 2_000_000)), batch_records=100_000, alone_records=500_000,
+                  scaling_partitions=(8, 64, 256, 1024), scaling_records=256_000,
+                  per_batch_sizes=(1_000, 10_000, 100_000), per_batch_batches=8, per_batch_skipped=4,
+                  fencing_partitions=(8, 64), fencing_records=400_000, fencing_batches=8, fencing_claims=200,
+                  latency_rate=5_000, latency_seconds=120, memory_minutes=20, memory_rate=5_000,
+                  variants_case=(1000, 2_000_000, 100_000)),
 }
 
 
@@ -75,7 +107,7 @@ def write_input(bootstrap: str, topic: str, records: int, size: int, partitions:
     value = b"x" * size
     started = time.monotonic()
     for i in range(records):
-        _produce(producer, topic, b"%d" % i, value, i % partitions)
+        produce(producer, topic, b"%d" % i, value, i % partitions)
         if (i + 1) % 200_000 == 0 or i + 1 == records:
             producer.flush(120)
             log.info("input %s: %d/%d records (%.0f s)", topic, i + 1, records, time.monotonic() - started)
@@ -83,7 +115,8 @@ def write_input(bootstrap: str, topic: str, records: int, size: int, partitions:
         raise RuntimeError(f"input {topic}: records still undelivered after 120 s")
 
 
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes, partition: int) -> None:
+def produce(producer: Producer, topic: str, key: bytes, value: bytes, partition: int) -> None:
+    """One record, waiting out a full local queue."""
     while True:
         try:
             producer.produce(topic, key=key, value=value, partition=partition)
@@ -92,12 +125,62 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes, partition
             producer.poll(0.05)
 
 
+STEADY_RECORD_BYTES = 100
+
+
+def sent_at_ns(value: bytes) -> int:
+    """When SteadyInput produced the record with this value (nanoseconds since the epoch)."""
+    return int(value[:20])
+
+
+class SteadyInput(threading.Thread):
+    """Writes ``rate`` records/s of STEADY_RECORD_BYTES into ``topic`` until ``seconds`` have
+    passed; each value starts with the time it was produced (``sent_at_ns``)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int, seconds: float):
+        super().__init__(name="steady-input", daemon=True)
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.rate, self.seconds = rate, seconds
+        self.written = 0
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            self._write()
+        except Exception as error:  # noqa: BLE001 - raised by whoever waits for the writer
+            self.error = error
+
+    def _write(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        padding = b"x" * (STEADY_RECORD_BYTES - 20)
+        started = time.monotonic()
+        while (elapsed := time.monotonic() - started) < self.seconds:
+            for _ in range(int(elapsed * self.rate) - self.written):
+                produce(producer, self.topic, b"%d" % self.written, b"%020d" % time.time_ns() + padding,
+                        self.written % self.partitions)
+                self.written += 1
+            producer.poll(0.01)
+        if producer.flush(120):
+            raise RuntimeError(f"{self.topic}: input records still undelivered after 120 s")
+
+    def finish(self, progress=None, every_s: float = 60) -> int:
+        """Waits for the writer to end, calling ``progress()`` every ``every_s``; the records written."""
+        while self.is_alive():
+            self.join(every_s)
+            if self.is_alive() and progress is not None:
+                progress()
+        if self.error is not None:
+            raise self.error
+        return self.written
+
+
 def count_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 600.0) -> int:
     """Committed records in ``topic``, read with read_committed up to the last stable offsets."""
-    ends = last_stable_offsets(bootstrap, topic, partitions)
+    ends = settled_ends(bootstrap, topic, partitions)
+    # A fetch at a partition's end returns at once instead of waiting for records that never come.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-count"),
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 10})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
     done = {p for p in range(partitions) if ends[p] == 0}
     counted = 0
@@ -117,6 +200,25 @@ def count_committed(bootstrap: str, topic: str, partitions: int, timeout: float 
     finally:
         consumer.close()
     return counted
+
+
+def settled_ends(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
+    """The last stable offsets once every transaction on ``topic`` has ended (they reach the high
+    watermarks), or after ``timeout``: a producer's commit returns before the broker has written
+    the transaction's markers on every partition, and a count right after it would miss records."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        stable = last_stable_offsets(bootstrap, topic, partitions, admin)
+        if stable == _high_watermarks(admin, topic, partitions) or time.monotonic() > deadline:
+            return stable
+        time.sleep(0.05)  # the broker writes the markers; nothing to wait on
+
+
+def _high_watermarks(admin: AdminClient, topic: str, partitions: int) -> dict[int, int]:
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=30)
+    return {tp.partition: future.result().offset for tp, future in futures.items()}
 
 
 def cpu_times() -> tuple[int, int]:

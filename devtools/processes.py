@@ -18,9 +18,17 @@ from pathlib import Path
 PROC = Path("/proc")
 
 
+def _tasks(pid: int) -> list:
+    """The process's threads; none once it has exited (its /proc entry goes while it is listed)."""
+    try:
+        return list((PROC / str(pid) / "task").glob("*"))
+    except OSError:
+        return []
+
+
 def _children(pid: int) -> list[int]:
     found = []
-    for task in (PROC / str(pid) / "task").glob("*"):
+    for task in _tasks(pid):
         try:
             found += [int(c) for c in (task / "children").read_text().split()]
         except OSError:
@@ -82,7 +90,7 @@ def _status_kb(pid: int, field_name: str) -> int | None:
 
 def kafka_clients(pid: int) -> int:
     count = 0
-    for task in (PROC / str(pid) / "task").glob("*"):
+    for task in _tasks(pid):
         try:
             count += (task / "comm").read_text().strip() == "rdk:main"
         except OSError:

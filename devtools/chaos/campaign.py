@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=200, help="faults to fire (default 200)")
     parser.add_argument("--minutes", type=float, default=120.0, help="stop firing after this long (default 120)")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default all: {','.join(KINDS)})")
-    parser.add_argument("--results", default="benchmarks/results", help="where chaos-<seed>.json/.png go")
+    parser.add_argument("--results", default="docs/chaos", help="where chaos-<seed>.json/.png go")
     parser.add_argument("--work-dir", default=None, help="cluster, checkpoints and driver logs (default: a temporary directory)")
     parser.add_argument("--rate", type=int, default=300, help="input records per second (default 300)")
     parser.add_argument("--no-plot", action="store_true", help="skip the timeline plot (needs matplotlib)")

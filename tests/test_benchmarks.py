@@ -1,0 +1,107 @@
+"""The benchmarks' scenarios at their smoke scale (a few thousand records, one run each): every
+scenario still runs, checks its output, and reaches the README's results, so that a change of the
+runtime or of the benchmarks cannot break one unnoticed. The figures themselves mean nothing here.
+
+All scenarios run once, one after the other, on the suite's broker and local[2] session."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from benchmarks import bench, report
+from benchmarks.contenders import AT_LEAST_ONCE, Ground
+from benchmarks.scenarios import PYTHON_STREAM, SCENARIOS, Options, Variant
+from benchmarks.workload import SCALES
+from pyspark_eos.testing.local_spark import LOCAL
+
+SMOKE = SCALES["smoke"]
+# python-stream, and a variant that reads every Kafka column in tasks of fewer records.
+VARIANTS = (Variant(PYTHON_STREAM),
+            Variant.parse("all-columns", ["source.schema=", "source.minRecordsPerPartition=500"]))
+
+
+@pytest.fixture(scope="module")
+def smoke_run(kafka, spark_sessions, tmp_path_factory):
+    spark = spark_sessions.get(LOCAL)
+    ground = Ground(kafka.bootstrap_servers, spark, tmp_path_factory.mktemp("bench"))
+    started = time.time()
+    rows, seconds = bench.run_scenarios(ground, list(SCENARIOS), SMOKE, Options(VARIANTS))
+    each = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
+    print(f"every scenario at smoke scale: {time.time() - started:.0f} s ({each})")
+    return rows, seconds, started
+
+
+def _rows(smoke_run, scenario: str) -> list[dict]:
+    return [row for row in smoke_run[0] if row["scenario"] == scenario]
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_each_scenario_ran_and_wrote_every_record(smoke_run, scenario):
+    rows = _rows(smoke_run, scenario)
+    assert rows, f"{scenario} produced no result"
+    failed = [(row["contender"], extra["error"]) for row in rows for extra in row["extra"] if "error" in extra]
+    assert not failed
+    checked = [row for row in rows if row["records_out"]]
+    assert checked, f"{scenario} checked no output"
+    for row in checked:
+        verdict = report.output_ok(row)
+        if row["contender"] in AT_LEAST_ONCE:
+            assert verdict.startswith("yes"), (row["contender"], verdict)
+        else:
+            assert verdict == "yes", (row["contender"], verdict)
+
+
+def test_the_scenarios_measured_what_they_report(smoke_run):
+    copy = {row["contender"] for row in _rows(smoke_run, "copy")}
+    assert copy == {"eos-kafka", "eos-kafka at-least-once", "spark-kafka", "spark-kafka -> eos-kafka", "kafka-copier",
+                    "python-loop"}
+    assert all(row["median_records_per_s"] > 0 for row in _rows(smoke_run, "copy"))
+    assert {(row["side"], row["contender"]) for row in _rows(smoke_run, "alone")} == {
+        (side, name) for side in ("source", "sink") for name in ("eos-kafka", "spark-kafka")}
+    ids = {row["contender"]: row["transactional_ids"] for row in _rows(smoke_run, "scaling")}
+    assert ids["eos-kafka"] >= 1 and ids["spark-kafka"] == 0
+    assert all(row["batch_p50_ms"] for row in _rows(smoke_run, "per-batch"))
+    claim, *copies = _rows(smoke_run, "fencing")
+    assert claim["tasks"] == SMOKE.fencing_claims and claim["claim_p50_ms"] > 0
+    assert {row["contender"] for row in copies} == {"eos-kafka", "eos-kafka fencing off"}
+    for row in _rows(smoke_run, "latency"):
+        assert row["latency_records"] > 0 and 0 < row["latency_p50_ms"] <= row["latency_p99_ms"], row
+    memory, = _rows(smoke_run, "memory")
+    assert memory["batches"] > 1 and any(w["role"] == "worker" for w in memory["workers"])
+    variants = {row["contender"]: row for row in _rows(smoke_run, "variants")}
+    assert list(variants) == ["spark-kafka", "eos-kafka", PYTHON_STREAM, "all-columns"]
+    assert variants["all-columns"]["settings"] == "source.schema= source.minRecordsPerPartition=500"
+
+
+def test_the_readme_shows_the_newest_run_of_each_scenario(smoke_run, tmp_path):
+    rows, seconds, started = smoke_run
+    report.save(rows, SMOKE.name, started, "python -m benchmarks.bench --scale smoke", seconds, tmp_path)
+    assert (tmp_path / "latest.csv").read_text().count("\n") == len(rows) + 1
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Benchmarks\n\n{report.START}\nold figures\n{report.END}\n\n## What is measured\n")
+    report.update_readme(tuple(SCENARIOS), tmp_path, readme)
+    text = readme.read_text()
+    assert "old figures" not in text and text.endswith("## What is measured\n")
+    assert "`python -m benchmarks.bench --scale smoke` (smoke scale" in text
+    block = text.split(report.START)[1].split(report.END)[0]
+    table = [line for line in block.splitlines()
+             if line.startswith("| ") and not line.startswith(("| scenario", "| ---"))]
+    assert len(table) == len(rows)
+    assert {line.split(" | ")[0][2:] for line in table} == set(SCENARIOS)
+    assert "failed" not in block and "| no " not in block
+
+
+def test_the_runner_takes_scenarios_scales_and_variants():
+    args = bench.parse_args(["--scenario", "copy,latency", "--scale", "smoke", "--repeats", "2",
+                             "--variant", "bigger", "source.minRecordsPerPartition=1000", "conf.spark.x=1",
+                             "--records", "500"])
+    assert args.scenario == ["copy", "latency"] and args.scale.name == "smoke" and args.scale.repeats == 2
+    variant, = args.options.variants
+    assert (variant.name, variant.source, variant.conf) == ("bigger", {"minRecordsPerPartition": "1000"},
+                                                            {"spark.x": "1"})
+    assert args.options.variants_case == (SMOKE.variants_case[0], 500, SMOKE.variants_case[2])
+    assert bench.parse_args([]).scenario == list(SCENARIOS)
+    for wrong in (["--scenario", "txn"], ["--variant", "x", "side.a=1"], ["--variant", "python-stream", "sink.a=1"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(wrong)
