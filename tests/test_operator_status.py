@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pyspark_eos.operator import coordinator_records
-from pyspark_eos.sink.commit_decision import partition_metadata
+from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.kafka.group_metadata import parse_group_metadata
 from pyspark_eos.testing.embedded_kafka import create_topic
 

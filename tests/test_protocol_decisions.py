@@ -14,10 +14,11 @@ from pyspark_eos.errors import (FencedError, NonDeterministicReplayError, Offset
 from pyspark_eos.kafka.group_offsets import Committed
 from pyspark_eos.protocol.claims_log import PlanRecord
 from pyspark_eos.protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
+from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
-                                              decide_progress_commit, partition_metadata)
+                                              decide_progress_commit)
 from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence
 from pyspark_eos.sink.task_progress import ProgressKey, committed_plan, progress_metadata
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pyspark_eos.protocol.claims_log import ClaimsLog
-from pyspark_eos.sink.commit_decision import partition_metadata
+from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.errors import UnassignedPartitionError
 from pyspark_eos.source.group_membership import GroupMembership
 from pyspark_eos.protocol.offset_range import OffsetRange

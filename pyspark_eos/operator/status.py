@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from ..errors import KafkaClientError
 from ..kafka.cluster import first_contact
 from ..kafka.group_offsets import fetch_committed_once
+from ..protocol.commit_metadata import stored_metadata
 from . import coordinator_records as records
 
 log = logging.getLogger(__name__)
@@ -167,19 +168,10 @@ def _last_stable_offsets(admin: AdminClient, keys: list[tuple[str, int]]) -> dic
 
 def _partition_status(key, committed: tuple[int, str] | None, pending: bool, last_stable: int | None) -> PartitionStatus:
     offset, metadata = committed or (None, "")
-    stamp = _stamp(metadata)
+    stamp = stored_metadata(metadata)
     lag = last_stable - (offset or 0) if last_stable is not None else None
     return PartitionStatus(key[0], key[1], offset, pending, last_stable, lag,
                            stamp.get("batch"), stamp.get("query"), stamp.get("generation"))
-
-
-def _stamp(metadata: str) -> dict:
-    """The sink's commit metadata (sink.commit_decision.partition_metadata); empty if another writer committed."""
-    try:
-        stamp = json.loads(metadata)
-    except ValueError:
-        return {}
-    return stamp if isinstance(stamp, dict) else {}
 
 
 def _generation(access: ClusterAccess, group: str, notes: list[str]) -> int | None:

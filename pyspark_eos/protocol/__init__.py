@@ -12,6 +12,7 @@ where it is kept:
 | plan record (claims topic) | claims_records, claims_log | the driver, per plan of a batch (source planner; sink writer for progress plans) | every attempt of the plan's tasks: where its claims start |
 | stamp record (claims topic) | claims_records, claims_log | the driver, per new generation of its membership | write tasks of an older generation's plan (sink/rebalance) |
 | claim, release (claims topic) | claims_records, claims_log | each write task attempt, before its stable read / once its transaction ended | the later attempts of the same task (sink/fence_decision) |
+| commit metadata (generation, batch, query) with each committed offset | commit_metadata | each write task, with the offsets of its transaction | later write tasks' commit decision (sink), the operator's status |
 | read-to-write hand-over file | handover | the task's read(), on the executor's local disk | the same task's write() |
 | which executor, which local directory | executor_identity | — | the hand-over and the sink's transactional ids |
 

@@ -20,7 +20,6 @@ user what happened; the transactional writer runs one commit routine on the deci
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from enum import Enum
 
@@ -28,6 +27,7 @@ from ..errors import (ConfigurationError, FencedError, NonDeterministicReplayErr
                       StaleAttemptError, UnassignedPartitionError)
 from ..kafka.group_offsets import Committed
 from ..protocol.claims_log import PlanRecord
+from ..protocol.commit_metadata import stored_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.handover import Provenance
 from ..protocol.offset_range import OffsetRange
@@ -113,11 +113,6 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
     return plan
 
 
-def partition_metadata(generation: int, batch_id: str | None, query_id: str | None) -> str:
-    """The metadata stored with each committed offset: who committed it, for which batch."""
-    return json.dumps({"generation": generation, "batch": batch_id, "query": query_id}, separators=(",", ":"))
-
-
 def check_ownership(plan: CommitPlan, committed: dict[TopicPartitionKey, Committed]) -> None:
     for stamp, ranges in plan.by_member:
         unowned = [r for r in ranges if r.key not in stamp.assignment]
@@ -179,15 +174,6 @@ def _stored_generation(metadata: str) -> int:
 def _stored_query(metadata: str) -> str | None:
     query = stored_metadata(metadata).get("query")
     return query if isinstance(query, str) else None
-
-
-def stored_metadata(metadata: str) -> dict:
-    """What partition_metadata stored; empty for an offset committed by something else."""
-    try:
-        stored = json.loads(metadata)
-    except ValueError:
-        return {}
-    return stored if isinstance(stored, dict) else {}
 
 
 def decide_progress_commit(batch_id: int, committed: Committed, replay: dict, where: str) -> CommitDecision:

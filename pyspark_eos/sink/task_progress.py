@@ -35,7 +35,7 @@ from confluent_kafka import Consumer
 
 from ..kafka.group_offsets import Committed
 from ..protocol.claims_log import ClaimsLog, PlanRecord
-from .commit_decision import stored_metadata
+from ..protocol.commit_metadata import stored_metadata
 from .options import SinkOptions
 from .records import RecordColumns
 from .worker_resources import held_for

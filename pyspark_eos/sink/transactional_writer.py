@@ -22,7 +22,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from ..kafka import fault_hooks as faults
 from .attempt_fencing import AttemptClaim, claim_attempt, claims_clients_for
 from .commit_decision import (NEVER, CommitDecision, CommitPlan, TaskOutcome, commit_plan, decide_input_commit,
-                              decide_progress_commit, partition_metadata)
+                              decide_progress_commit)
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
 from ..kafka.group_offsets import Committed, fetch_committed_once, fetch_stable_commits
@@ -30,6 +30,7 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from .options import SinkOptions
 from .producer_pool import WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for
 from ..protocol.claims_log import PlanRecord
+from ..protocol.commit_metadata import partition_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
 from ..protocol.handover import collect, release
