@@ -373,3 +373,9 @@ def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(mon
         writer._write_in_slot([], options, worker)
     assert "abort_transaction" in worker.producer.calls and "commit_transaction" not in worker.producer.calls
     assert claim.released  # a later attempt must not fence the id of this one, which has ended
+
+
+@pytest.mark.parametrize("value", ["slot", "partition"])
+def test_the_removed_transactional_id_per_option_says_to_drop_it(value):
+    with pytest.raises(ConfigurationError, match=f"transactionalIdPer='{value}' is no longer supported.*drop the option"):
+        SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "transactionalIdPer": value})

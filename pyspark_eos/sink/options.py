@@ -60,6 +60,11 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
         options = {str(key).lower(): value for key, value in options.items()}
+        if "transactionalidper" in options:
+            raise ConfigurationError(
+                f"option transactionalIdPer={options['transactionalidper']!r} is no longer supported: the sink always "
+                "uses one transactional id per write slot of an executor (KIP-447), which was its default; drop the "
+                "option")
         check_known(options, SINK_OPTIONS, "sink")
         params = kafka_params(options)
         for key, reason in _FORBIDDEN_SINK_KAFKA_PARAMS.items():

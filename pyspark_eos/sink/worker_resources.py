@@ -47,7 +47,9 @@ class Held:
         return self.clients[kind]
 
     def drop(self, kind: str):
-        """Forget a client without closing it (a fatal error left it unusable); returns it."""
+        """Forget a client without closing it, so that the next ``client()`` makes a new one (a
+        producer after a fatal error or a slot or coordinator move, an AdminClient renewed);
+        returns it."""
         return self.clients.pop(kind, None)
 
     def fact(self, kind: str, learn: Callable[[], T]) -> T:
