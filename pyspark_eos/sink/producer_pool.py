@@ -120,7 +120,7 @@ def admin_for(options: SinkOptions, renew: bool = False) -> AdminClient:
     return held.client("admin", lambda: AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers}))
 
 
-def discard(options: SinkOptions, transactional_id: str) -> None:
+def discard(options: SinkOptions) -> None:
     """Forget this worker's producer after a fatal error; the next task builds a new one."""
     dropped = held_for(options).drop(PRODUCER)
     if dropped is not None:

@@ -75,7 +75,7 @@ def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None) 
     directory = slot_directory(prefix, group_id)
     candidates = itertools.chain(_orphaned(directory), [] if preferred is None else [preferred], count())
     for slot in candidates:
-        with _lease(directory / f"slot-{slot}.lock", wait=False, take=_may_take) as previous:
+        with _lease(directory / f"slot-{slot}.lock", _may_take) as previous:
             if previous is None:
                 continue
             yield SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
@@ -113,13 +113,13 @@ def _alive(token: str) -> bool:
 
 
 @contextlib.contextmanager
-def _lease(path: Path, wait: bool, take=lambda previous: True) -> Iterator[str | None]:
+def _lease(path: Path, take) -> Iterator[str | None]:
     """Lock ``path`` and yield its last holder, recording this process as the new one; yield None
-    if it is locked (and ``wait`` is false) or ``take(last holder)`` declines it."""
+    if it is locked or ``take(last holder)`` declines it."""
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield None
             return

@@ -366,10 +366,10 @@ def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> bo
     if isinstance(error, DeadlineExceeded):
         # The producer is still inside the call: drop it; the task's retry fences its id (the claim
         # is kept), which aborts its transaction. Past the deadline the broker has aborted it anyway.
-        discard(options, worker.transactional_id)
+        discard(options)
         return False
     if _is_fatal(error):
-        discard(options, worker.transactional_id)  # fenced or timed out by the broker: it can do nothing more
+        discard(options)  # fenced or timed out by the broker: it can do nothing more
         return True
     try:
         worker.producer.abort_transaction(COMMIT_TIMEOUT_S)
@@ -377,7 +377,7 @@ def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> bo
     except KafkaException as abort_error:
         log.warning("aborting the transaction of %s failed (%s); rebuilding the producer",
                     worker.transactional_id, abort_error)
-        discard(options, worker.transactional_id)
+        discard(options)
         # A fatal abort error means the broker fenced or timed the transaction out: it is over.
         # Otherwise it may still be open: keep the claim, so that a retry fences this id.
         return _is_fatal(abort_error)
