@@ -15,11 +15,11 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from devtools.processes import PROC, python_descendants
-from pyspark_eos.testing.output_check import last_stable_offsets
+from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets
 
 log = logging.getLogger(__name__)
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -210,15 +210,9 @@ def settled_ends(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     deadline = time.monotonic() + timeout
     while True:
         stable = last_stable_offsets(bootstrap, topic, partitions, admin)
-        if stable == _high_watermarks(admin, topic, partitions) or time.monotonic() > deadline:
+        if stable == high_watermarks(bootstrap, topic, partitions, admin) or time.monotonic() > deadline:
             return stable
         time.sleep(0.05)  # the broker writes the markers; nothing to wait on
-
-
-def _high_watermarks(admin: AdminClient, topic: str, partitions: int) -> dict[int, int]:
-    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=30)
-    return {tp.partition: future.result().offset for tp, future in futures.items()}
 
 
 def cpu_times() -> tuple[int, int]:

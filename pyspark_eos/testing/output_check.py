@@ -26,9 +26,18 @@ class Record:
 
 
 def last_stable_offsets(bootstrap: str, topic: str, partitions: int, admin: AdminClient | None = None) -> dict[int, int]:
+    return _end_offsets(bootstrap, topic, partitions, admin, IsolationLevel.READ_COMMITTED)
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int, admin: AdminClient | None = None) -> dict[int, int]:
+    return _end_offsets(bootstrap, topic, partitions, admin, IsolationLevel.READ_UNCOMMITTED)
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: int, admin: AdminClient | None,
+                 isolation: IsolationLevel) -> dict[int, int]:
     admin = admin or AdminClient({"bootstrap.servers": bootstrap})
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)
+    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=30)
     return {tp.partition: future.result().offset for tp, future in futures.items()}
 
 
