@@ -41,7 +41,7 @@ def decide_fence(own: Claim, records: Iterable["Claim | GroupStamp"]) -> FenceVe
     newer = [c for c in rivals if c.kind == CLAIM and c.order > own.order]
     if newer:
         return FenceVerdict(FenceOutcome.REFUSE, newer=newer[0], other_instances=others, stamps=stamps)
-    zombies = _unreleased_older(rivals, own)
+    zombies = _unreleased_older(rivals, own, records)
     outcome = FenceOutcome.FENCE if zombies else FenceOutcome.PROCEED
     return FenceVerdict(outcome, tuple(zombies), other_instances=others, stamps=stamps)
 
@@ -53,9 +53,19 @@ def unreleased(claims: Iterable[Claim]) -> list[Claim]:
     return [c for c in claims if c.kind == CLAIM and (c.order, c.transactional_id) not in released]
 
 
-def _unreleased_older(rivals: list[Claim], own: Claim) -> list[Claim]:
+def _unreleased_older(rivals: list[Claim], own: Claim, records: list) -> list[Claim]:
     older: dict[str, Claim] = {}
     for c in unreleased(rivals):
-        if c.order < own.order and c.transactional_id != own.transactional_id:
+        if c.order < own.order and c.transactional_id != own.transactional_id and not _taken_over(c, records):
             older.setdefault(c.transactional_id, c)
     return list(older.values())
+
+
+def _taken_over(claim: Claim, records: list) -> bool:
+    """A later claim under the same transactional id by another attempt, of any task or group. An
+    id is held by one process at a time (transactional_id_factory): its next holder claims only
+    after the earlier attempt's transaction ended, or after its own init_transactions aborted it
+    (a dead worker's slot taken over). Fencing the id again would abort the new holder's
+    transaction, another task's."""
+    return any(isinstance(r, Claim) and r.kind == CLAIM and r.transactional_id == claim.transactional_id
+               and r.offset > claim.offset and r.order != claim.order for r in records)
