@@ -52,7 +52,8 @@ RUN_ELSEWHERE = {
     "make demo\n": (CHECKOUT / "tests" / "test_example_pipeline.py", '["make", "demo"]'),
 }
 # Messages on the troubleshooting page that Spark or Python raise, not eos-kafka.
-FOREIGN_MESSAGES = {"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: eos-kafka", "No module named 'pyspark_eos'"}
+FOREIGN_MESSAGES = {"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: eos-kafka", "No module named 'pyspark_eos'",
+                    "eos-kafka does not support Update mode."}
 # What a page's pipeline does to each value, for ``exactly-once IN -> OUT GROUP [TRANSFORM]``.
 TRANSFORMS = {"upper": bytes.upper}
 PIPELINE_USER, PIPELINE_PASSWORD = "pipeline", "pipeline-secret"

@@ -115,7 +115,7 @@ WORKER_JOB = textwrap.dedent("""
         inner: WriterCommitMessage
         modules: list
 
-    class ReportingWriter(EosKafkaBatchWriter.__bases__[0]):  # Arrow batches where Spark has them
+    class ReportingWriter(EosKafkaBatchWriter.__bases__[-1]):  # Arrow batches where Spark has them
         def __init__(self, inner):
             self.inner = inner
 

@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
-from pyspark_eos.errors import (FencedError, NonDeterministicReplayError, OffsetMismatchError, StaleAttemptError,
-                                UnassignedPartitionError)
+from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministicReplayError, OffsetMismatchError,
+                                StaleAttemptError, UnassignedPartitionError)
 from pyspark_eos.kafka.group_offsets import Committed
 from pyspark_eos.protocol.claims_log import PlanRecord
 from pyspark_eos.protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
@@ -20,9 +20,14 @@ from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
                                               decide_progress_commit)
 from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence
+from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
+                                               stream_target)
+from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.sink.task_progress import ProgressKey, committed_plan, progress_metadata
 
 from .test_sink_units import _columns, _digest
+
+SINK = {"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "out"}
 
 INPUT = frozenset({("orders", 0)})
 
@@ -63,6 +68,18 @@ def test_step4_a_released_claim_its_own_id_or_its_own_earlier_copy_is_not_fenced
     same_id = claim(10, 3, "t-own", 11)  # an earlier attempt in the same slot: this attempt's own init fenced it
     own_copy = dataclasses.replace(OWN, offset=19)  # this attempt's claim, written twice
     assert decide_fence(OWN, [older, same_id, released, own_copy, OWN]).outcome is FenceOutcome.PROCEED
+
+
+def test_step4_a_claim_whose_id_another_attempt_claimed_under_since_is_not_fenced():
+    # A dead worker's slot, taken over by the next task of the executor: the new holder's
+    # init_transactions aborted the dead attempt's transaction, and a fence would abort the new one's.
+    dead = claim(10, 5, "t-slot-1", 12)
+    new_holder = claim(10, 6, "t-slot-1", 14, partitions=frozenset({("orders", 3)}))
+    assert decide_fence(OWN, [dead, new_holder, OWN]).outcome is FenceOutcome.PROCEED
+    copy = dataclasses.replace(dead, offset=14)  # the dead attempt's own claim appended twice is no new holder
+    assert decide_fence(OWN, [dead, copy, OWN]).to_fence == (dead,)
+    before = claim(9, 4, "t-slot-1", 11, partitions=frozenset({("orders", 3)}))  # an earlier holder: no proof
+    assert decide_fence(OWN, [before, dead, OWN]).to_fence == (dead,)
 
 
 def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fenced_nor_a_reason_to_refuse():
@@ -136,12 +153,54 @@ def test_step6_progress_commits_a_new_batch_skips_a_replay_and_refuses_an_older_
     stored = Committed(8, progress_metadata(7, "q-1", digest, PlanRecord("claims", 42)))
     assert committed_plan(stored) == 42 and committed_plan(NEVER) is None
     assert committed_plan(Committed(8, '{"batch":7}')) is None  # committed before progress named its plan
-    assert decide_progress_commit(7, NEVER, replay, "task 3") is CommitDecision.COMMIT
-    assert decide_progress_commit(8, stored, replay, "task 3") is CommitDecision.COMMIT  # the next batch
-    assert decide_progress_commit(12, stored, replay, "task 3") is CommitDecision.COMMIT  # no task 3 in 8-11
-    assert decide_progress_commit(7, stored, replay, "task 3") is CommitDecision.SKIP  # a replay
+
+    def batch(number: int) -> ProgressTarget:
+        return stream_target("q-1", str(number), "task 3")
+    assert decide_progress_commit(batch(7), NEVER, replay, "task 3") is CommitDecision.COMMIT
+    assert decide_progress_commit(batch(8), stored, replay, "task 3") is CommitDecision.COMMIT  # the next batch
+    assert decide_progress_commit(batch(12), stored, replay, "task 3") is CommitDecision.COMMIT  # no task 3 in 8-11
+    assert decide_progress_commit(batch(7), stored, replay, "task 3") is CommitDecision.SKIP  # a replay
     with pytest.raises(NonDeterministicReplayError, match=r"task 3: batch 7 was written before with 2 record\(s\) "
                        r"\(checksum [0-9a-f]{16}\), and its replay has 1 .*not deterministic"):
-        decide_progress_commit(7, stored, _digest([_columns([b"a"])]).as_json(), "task 3")
+        decide_progress_commit(batch(7), stored, _digest([_columns([b"a"])]).as_json(), "task 3")
     with pytest.raises(StaleAttemptError, match="already written batch 7 of the query, after batch 6"):
-        decide_progress_commit(6, stored, replay, "task 3")
+        decide_progress_commit(batch(6), stored, replay, "task 3")
+
+
+def test_step6_a_versioned_write_skips_its_own_version_and_older_ones_and_refuses_other_records():
+    digest = _digest([_columns([b"a", b"b"])])
+    stored = Committed(8, progress_metadata(7, "nightly/out", digest, PlanRecord("claims", 42)))
+
+    def version(number: int) -> ProgressTarget:
+        return batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "nightly", "txnVersion": str(number)}),
+                                  None, None)
+    assert version(7).scope == "nightly/out" and version(7).describe() == "txnAppId 'nightly' version 7 into out"
+    assert decide_progress_commit(version(8), stored, digest.as_json(), "task 3") is CommitDecision.COMMIT
+    assert decide_progress_commit(version(7), stored, digest.as_json(), "task 3") is CommitDecision.SKIP
+    # As Delta: a version below the app's last one is skipped, not refused.
+    assert decide_progress_commit(version(6), stored, digest.as_json(), "task 3") is CommitDecision.SKIP
+    with pytest.raises(NonDeterministicReplayError, match=r"txnAppId 'nightly' version 7 into out was written "
+                       r"before with 2 record.*this write of it has 1 .*new txnVersion"):
+        decide_progress_commit(version(7), stored, _digest([_columns([b"a"])]).as_json(), "task 3")
+
+
+def test_a_batch_writes_key_is_its_options_or_the_foreach_batch_it_runs_in():
+    plain = SinkOptions.parse(SINK)
+    assert batch_write_target(plain, None, None) is None  # no key: a plain transactional write
+    in_batch = batch_write_target(plain, "q-1", "4")
+    assert (in_batch.scope, in_batch.version, in_batch.versioned) == ("q-1/out", 4, True)
+    named = batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders"}), "q-1", "4")
+    assert (named.scope, named.version) == ("orders/out", 4)  # two writes of a batch into one topic
+    with pytest.raises(ConfigurationError, match="gives txnAppId without txnVersion.*give both"):
+        batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders"}), None, None)
+    with pytest.raises(ConfigurationError, match="gives txnVersion without txnAppId"):
+        batch_write_target(SinkOptions.parse({**SINK, "txnVersion": "3"}), None, None)
+    with pytest.raises(ConfigurationError, match="inside foreachBatch .*drop kafka.group.id"):
+        refuse_group_in_foreach_batch(SinkOptions.parse({**SINK, "kafka.group.id": "g"}), "4")
+    refuse_group_in_foreach_batch(SinkOptions.parse({**SINK, "kafka.group.id": "g"}), None)
+    for bad, match in (({"txnVersion": "-1"}, "txnVersion='-1' must be a whole number"),
+                       ({"txnAppId": " "}, "txnAppId=' ' must be a non-empty printable ASCII"),
+                       ({"txnAppId": "a", "kafka.group.id": "g"}, "drop kafka.group.id, or drop txnAppId"),
+                       ({"txnAppId": "a", "deliveryGuarantee": "at-least-once"}, "drop deliveryGuarantee")):
+        with pytest.raises(ConfigurationError, match=match):
+            SinkOptions.parse({**SINK, **bad})

@@ -175,8 +175,9 @@ def commit_message(task: int, records: int) -> EosKafkaCommitMessage:
      "had already committed 12 record(s) with their input offsets: those records stay visible, "
      "and a replay of this batch will not write them again"),
     (None, EosKafkaBatchWriter, (), "write failed: 1 of 3 task(s) failed or did not finish; 2 task(s) "
-     "had already committed 12 record(s): those records stay visible, and a rerun of this write "
-     "writes them again (without kafka.group.id the sink commits no input offsets)"),
+     "had already committed 12 record(s): those records stay visible. A rerun with the same txnAppId and "
+     "txnVersion, or Spark's replay of the foreachBatch batch this write runs in, will not write them again; a "
+     "rerun without either writes them again"),
 ])
 def test_the_driver_logs_what_a_failed_batch_left_visible(caplog, group, writer, abort_args, expected):
     # Spark's driver calls abort() with the commit messages of the tasks that succeeded, None for the others.

@@ -370,7 +370,7 @@ def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(mon
     options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.group.id": "g"})
     worker = WorkerProducer("eos-kafka.g.driver.0", _TransactionalProducer(), 1, 0)
     with pytest.raises(StaleAttemptError, match="none of this task's records are visible"):
-        writer._write_in_slot([], options, worker)
+        writer._write_in_slot([], options, worker, writer.TaskInfo.current(), None)
     assert "abort_transaction" in worker.producer.calls and "commit_transaction" not in worker.producer.calls
     assert claim.released  # a later attempt must not fence the id of this one, which has ended
 

@@ -27,6 +27,7 @@ from ..errors import (ConfigurationError, FencedError, NonDeterministicReplayErr
                       StaleAttemptError, UnassignedPartitionError)
 from ..kafka.group_offsets import Committed
 from ..protocol.claims_log import PlanRecord
+from .idempotent_writes import ProgressTarget
 from ..protocol.commit_metadata import stored_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.handover import Provenance
@@ -176,26 +177,40 @@ def _stored_query(metadata: str) -> str | None:
     return query if isinstance(query, str) else None
 
 
-def decide_progress_commit(batch_id: int, committed: Committed, replay: dict, where: str) -> CommitDecision:
+def decide_progress_commit(target: ProgressTarget, committed: Committed, replay: dict, where: str) -> CommitDecision:
     """The decision on a task's progress record: ``committed`` is its progress group's offset
-    (batch + 1 of the batch it last wrote), ``replay`` the count and checksum of this attempt's
-    records (task_progress.RecordDigest.as_json)."""
-    done = batch_id + 1
+    (version + 1 of the batch or version it last wrote), ``replay`` the count and checksum of this
+    attempt's records (task_progress.RecordDigest.as_json)."""
+    done = target.version + 1
     if committed.offset is None or committed.offset < done:
         return CommitDecision.COMMIT
     if committed.offset > done:
+        if target.versioned:
+            return CommitDecision.SKIP  # as Delta skips a txnVersion below the app's last one
         raise StaleAttemptError(
             f"{where}: this task has already written batch {committed.offset - 1} of the query, after batch "
-            f"{batch_id} that this attempt writes: it is a stale attempt (its executor stalled and was declared "
-            "lost, or a speculative copy) and refuses to commit, so the progress never moves back. Nothing to do: "
-            "Spark keeps the newer attempt's output")
+            f"{target.version} that this attempt writes: it is a stale attempt (its executor stalled and was "
+            "declared lost, or a speculative copy) and refuses to commit, so the progress never moves back. "
+            "Nothing to do: Spark keeps the newer attempt's output")
     stored = stored_metadata(committed.metadata)
     if (stored.get("records"), stored.get("checksum")) != (replay["records"], replay["checksum"]):
         raise NonDeterministicReplayError(
-            f"{where}: batch {batch_id} was written before with {stored.get('records')} record(s) (checksum "
-            f"{stored.get('checksum')}), and its replay has {replay['records']} (checksum {replay['checksum']}): "
-            "the query's input or plan is not deterministic (rand(), uuid(), current_timestamp(), a shuffle "
-            "partitioned by such a value, or a source that does not replay the same data), so writing the replay "
-            "could duplicate or lose records. Nothing of the replay was written. Make the plan deterministic "
-            "(seeded functions, partition by a column), or set deliveryGuarantee=at-least-once")
+            f"{where}: {target.describe()} was written before with {stored.get('records')} record(s) (checksum "
+            f"{stored.get('checksum')}), and {'this write of it' if target.versioned else 'its replay'} has "
+            f"{replay['records']} (checksum "
+            f"{replay['checksum']}). Nothing of it was written. " + _different_replay_fix(target))
     return CommitDecision.SKIP
+
+
+def _different_replay_fix(target: ProgressTarget) -> str:
+    if target.versioned:
+        return ("If the data changed on purpose, write it under a new txnVersion. Otherwise two writes of one "
+                "foreachBatch batch into one topic share a key (give each its own txnAppId), or the write's "
+                + _NON_DETERMINISTIC)
+    return "The query's " + _NON_DETERMINISTIC
+
+
+_NON_DETERMINISTIC = ("input or plan is not deterministic (rand(), uuid(), current_timestamp(), a shuffle "
+                      "partitioned by such a value, or a source that does not replay the same data), so writing it "
+                      "could duplicate or lose records. Make the plan deterministic (seeded functions, partition "
+                      "by a column), or set deliveryGuarantee=at-least-once")

@@ -13,8 +13,8 @@ from ..kafka.options import (DEFAULT_CLAIMS_TOPIC, DEFAULT_CONNECT_TIMEOUT_MS, D
 # ------------------------------------------------------------------------------- the sink
 
 SINK_OPTIONS = ("topic", "includeHeaders", "transactionalIdPrefix", "stableOffsetsTimeoutMs",
-                "deliveryGuarantee", "connectTimeoutMs", "claimsTopic", "checkpointLocation",
-                "path")
+                "deliveryGuarantee", "connectTimeoutMs", "claimsTopic", "txnAppId", "txnVersion",
+                "checkpointLocation", "path")
 
 # As Flink's KafkaSink: exactly-once commits with each task's records either the input offsets it
 # read (kafka.group.id, an eos-kafka source) or, for any other replayable source, the task's own
@@ -46,6 +46,8 @@ class SinkOptions:
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     delivery_guarantee: str = EXACTLY_ONCE
     claims_topic: str = DEFAULT_CLAIMS_TOPIC
+    txn_app_id: str | None = None
+    txn_version: int | None = None
 
     @property
     def commits_input_offsets(self) -> bool:
@@ -88,6 +90,7 @@ class SinkOptions:
                 "deliveryGuarantee=at-least-once commits no input offsets, but kafka.group.id asks the sink to "
                 f"commit them to consumer group {group_id!r}: drop kafka.group.id for at-least-once, or drop "
                 "deliveryGuarantee (exactly-once is the default)")
+        app_id, version = _parse_idempotent_write(options, group_id, guarantee)
         return cls(
             bootstrap_servers=bootstrap,
             topic=topic,
@@ -101,4 +104,31 @@ class SinkOptions:
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
             delivery_guarantee=guarantee,
             claims_topic=parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
+            txn_app_id=app_id,
+            txn_version=version,
         )
+
+
+def _parse_idempotent_write(options: Mapping[str, str], group_id: str | None,
+                            guarantee: str) -> tuple[str | None, int | None]:
+    """txnAppId and txnVersion, Delta Lake's names: a batch write's key (idempotent_writes)."""
+    raw_app = options.get("txnappid")
+    app_id = None if raw_app is None else str(raw_app).strip()
+    if app_id is not None and (not app_id or not all(32 <= ord(c) < 127 for c in app_id)):
+        # It names consumer groups, whose ids librdkafka encodes as NUL-terminated C strings.
+        raise ConfigurationError(f"option txnAppId={raw_app!r} must be a non-empty printable ASCII name")
+    raw_version = options.get("txnversion")
+    version = None
+    if raw_version is not None:
+        try:
+            version = int(str(raw_version).strip())
+        except ValueError:
+            version = -1
+        if version < 0:
+            raise ConfigurationError(f"option txnVersion={raw_version!r} must be a whole number, 0 or more")
+    if (app_id is not None or version is not None) and (group_id is not None or guarantee != EXACTLY_ONCE):
+        given = "kafka.group.id" if group_id is not None else "deliveryGuarantee=at-least-once"
+        raise ConfigurationError(
+            f"txnAppId/txnVersion make a write exactly-once by committing each task's progress under that key, "
+            f"and {given} asks for something else: drop {given}, or drop txnAppId and txnVersion")
+    return app_id, version

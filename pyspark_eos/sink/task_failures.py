@@ -225,5 +225,9 @@ def _other_tasks(streaming: bool, options: SinkOptions) -> str:
         return f"{committed}{again} will not write them again (their input offsets are committed with them)"
     if streaming and options.records_progress:
         return f"{committed}a replay of the batch will not write them again (their progress is committed with them)"
+    if options.records_progress:
+        return (f"{committed}a rerun under the same txnAppId and txnVersion, or Spark's replay of the foreachBatch "
+                "batch this write runs in, will not write them again (their progress is committed with them); a "
+                "rerun without either writes them again")
     return (f"{committed}writing the same input again writes them again (without kafka.group.id the sink commits "
             "no input offsets)")

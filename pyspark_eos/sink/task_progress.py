@@ -46,21 +46,22 @@ _MASK = (1 << 64) - 1
 
 @dataclass(frozen=True)
 class ProgressKey:
-    """Where one task of one query records its progress: a group of its own on the claims topic."""
+    """Where one task of one write records its progress: a group of its own on the claims topic.
+    ``scope`` is the streaming query's id, or an idempotent batch write's (idempotent_writes)."""
 
     prefix: str
-    query_id: str
+    scope: str
     task_partition: int
     topic: str
 
     @property
     def group_id(self) -> str:
-        return f"{group_prefix(self.prefix, self.query_id)}{self.task_partition}"
+        return f"{group_prefix(self.prefix, self.scope)}{self.task_partition}"
 
     @property
     def claim_group(self) -> str:
-        """The group the claims of all the query's tasks name (the claims protocol's key)."""
-        return group_prefix(self.prefix, self.query_id).rstrip(".")
+        """The group the claims of all the write's tasks name (the claims protocol's key)."""
+        return group_prefix(self.prefix, self.scope).rstrip(".")
 
     @property
     def claim_partitions(self) -> list[TopicPartitionKey]:
@@ -74,9 +75,10 @@ class ProgressKey:
         return f"progress group {self.group_id}"
 
 
-def group_prefix(prefix: str, query_id: str) -> str:
-    """Every progress group of one streaming query starts with this (the docs' clean-up names it)."""
-    return f"{prefix}.progress.{query_id}."
+def group_prefix(prefix: str, scope: str) -> str:
+    """Every progress group of one streaming query, or of one batch write's txnAppId and topic,
+    starts with this (the docs' clean-up names it)."""
+    return f"{prefix}.progress.{scope}."
 
 
 @dataclass
@@ -114,8 +116,8 @@ def _as_bytes(value) -> bytes:
     return b"\xff" if value is None else repr(value).encode()  # None apart from b"": a null is not empty
 
 
-def progress_metadata(batch_id: int, query_id: str, digest: RecordDigest, plan: PlanRecord) -> str:
-    return json.dumps({"batch": batch_id, "query": query_id, **digest.as_json(), "plan": plan.offset},
+def progress_metadata(version: int, scope: str, digest: RecordDigest, plan: PlanRecord) -> str:
+    return json.dumps({"batch": version, "query": scope, **digest.as_json(), "plan": plan.offset},
                       separators=(",", ":"))
 
 

@@ -37,6 +37,8 @@ from ..protocol.handover import collect, release
 from .rebalance import raise_if_rebalanced, under_current_generation
 from .records import RecordColumns, record_size
 from .task_failures import DeliveryErrors, TopicCheck, explain, explain_local_refusal
+from .idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
+                                stream_target)
 from .task_progress import ProgressKey, RecordDigest, committed_plan, group_metadata, progress_metadata
 from .transactional_id_factory import lease_slot
 from . import worker_resources
@@ -80,42 +82,58 @@ class EosKafkaCommitMessage(WriterCommitMessage):
     input_ranges: str
 
 
-def write_task(records: Iterable[RecordColumns], options: SinkOptions,
-               progress_plan: PlanRecord | None = None) -> EosKafkaCommitMessage:
-    """``progress_plan``: the batch's plan record when the task commits its own progress (task_progress)."""
+def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_plan: PlanRecord | None = None,
+               batch_write: bool = False) -> EosKafkaCommitMessage:
+    """``progress_plan``: the write's plan record when the task may commit its own progress
+    (task_progress); ``batch_write``: a ``df.write``, whose key is found by idempotent_writes."""
     freeze_long_lived_objects()
-    worker_resources.use(options)
-    with lease_slot(options.transactional_id_prefix, _id_scope(options), cached_slot(options)) as lease:
-        return _write_in_slot(records, options, producer_for(options, lease), progress_plan)
-
-
-def _id_scope(options: SinkOptions) -> str | None:
-    """What a transactional id names besides its prefix: the group, or else the streaming query, so
-    that two pipelines without a group (executor ids repeat between applications) never share ids
-    and fence each other."""
-    query_id = TaskInfo.current().query_id
-    return options.group_id or (f"query-{query_id}" if query_id else None)
-
-
-def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worker: WorkerProducer,
-                   progress_plan: PlanRecord | None = None) -> EosKafkaCommitMessage:
     task = TaskInfo.current()
+    if batch_write:
+        refuse_group_in_foreach_batch(options, task.batch_id)
+    worker_resources.use(options)
+    with lease_slot(options.transactional_id_prefix, _id_scope(options, task), cached_slot(options)) as lease:
+        target = _progress_target(options, task, batch_write) if progress_plan is not None else None
+        return _write_in_slot(records, options, producer_for(options, lease), task,
+                              (progress_plan, target) if target is not None else None)
+
+
+def _id_scope(options: SinkOptions, task: TaskInfo) -> str | None:
+    """What a transactional id names besides its prefix: the group, or else the write's app id or
+    streaming query, so that two pipelines without a group (executor ids repeat between
+    applications) never share ids and fence each other."""
+    if options.group_id:
+        return options.group_id
+    if options.txn_app_id:
+        return f"app-{options.txn_app_id}"
+    return f"query-{task.query_id}" if task.query_id else None
+
+
+def _progress_target(options: SinkOptions, task: TaskInfo, batch_write: bool) -> ProgressTarget | None:
+    if batch_write:
+        return batch_write_target(options, task.query_id, task.batch_id)
+    return stream_target(task.query_id, task.batch_id, task.describe())
+
+
+def _write_in_slot(records: Iterable[RecordColumns], options: SinkOptions, worker: WorkerProducer, task: TaskInfo,
+                   progress: tuple[PlanRecord, ProgressTarget] | None) -> EosKafkaCommitMessage:
     delivery = delivery_failures.current = DeliveryErrors()
     files: list = []
     commitment = _Commitment()
     try:
         worker.producer.begin_transaction()
         faults.stall_point(faults.STALL_BEFORE_PRODUCE)
-        digest = RecordDigest() if progress_plan is not None else None
+        digest = RecordDigest() if progress is not None else None
         count = _produce(worker, records, delivery, options, digest)
         # Only now, with the input exhausted, has every read() of this task recorded its ranges.
         provenance, files = collect(task.task_attempt_id)
-        if progress_plan is not None:
-            _check_ungrouped_input(provenance)
-            outcome = _commit_progress(worker, options, task, progress_plan, digest, commitment)
+        if progress is not None:
+            if not progress[1].versioned:
+                _check_ungrouped_input(provenance)
+            outcome = _commit_progress(worker, options, task, progress, digest, commitment)
         else:
             outcome = _commit_input(worker, options, task, provenance, count, commitment)
-    except Exception as error:
+    except Exception as raised:
+        error = _unmasked(raised)
         if _abort(worker, options, error) and commitment.claim is not None:
             commitment.claim.release()
         worker.producer.poll(0)  # serve the reports of refused and purged records: they explain the failure
@@ -288,27 +306,25 @@ def _commit_records_only(producer, count: int) -> TaskOutcome:
 
 
 def _check_ungrouped_input(provenance: list) -> None:
-    # Progress records would make this exactly-once too, but the group's offsets would never move:
-    # a restart from the group, its lag and the status command would all show the input unread.
+    # Progress records would make this exactly-once too, but the group's offsets would follow only
+    # once Spark completes each batch (source/group_commits): a restart from them with a new
+    # checkpoint would write again a batch whose output committed just before a crash.
     groups = sorted({p.group.group_id for p in provenance if p.group is not None})
     if groups:
         raise ConfigurationError(
             f"this task read from an eos-kafka source with kafka.group.id={groups[0]!r}, but the sink has no "
             f"kafka.group.id: set the sink's kafka.group.id={groups[0]!r} too, so that each task commits the input "
-            "offsets it read in that group with its records (without it the group's offsets never move), or set "
+            "offsets it read in that group with its records (without it the group's offsets lag a batch behind "
+            "the output, and a restart from them with a new checkpoint could write a batch twice), or set "
             "deliveryGuarantee=at-least-once")
 
 
-def _progress_key(options: SinkOptions, task: TaskInfo) -> ProgressKey:
-    if task.batch_id is None or task.query_id is None:
-        raise ConfigurationError(f"{task.describe()} runs outside a streaming query's micro-batch; progress "
-                                 "records are for streaming writes only")
-    return ProgressKey(options.transactional_id_prefix, task.query_id, task.partition_id, options.claims_topic)
-
-
-def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInfo, progress_plan: PlanRecord,
-                     digest: RecordDigest, commitment: _Commitment) -> TaskOutcome:
-    key = commitment.plan = _progress_key(options, task)
+def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInfo,
+                     progress: tuple[PlanRecord, ProgressTarget], digest: RecordDigest,
+                     commitment: _Commitment) -> TaskOutcome:
+    progress_plan, target = progress
+    key = commitment.plan = ProgressKey(options.transactional_id_prefix, target.scope, task.partition_id,
+                                        options.claims_topic)
     if digest.records == 0:
         # Nothing to make visible and nothing to record: an empty attempt that claimed would open
         # its transaction only when sending its offsets, after its claim (see _deliver).
@@ -318,13 +334,12 @@ def _commit_progress(worker: WorkerProducer, options: SinkOptions, task: TaskInf
         claims_clients_for(options), [progress_plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
         task.describe(), worker.transactional_id, not_before=_last_committed_plan(options, key))
     _enforce(commitment.claim)
-    batch = int(task.batch_id)
-    metadata = progress_metadata(batch, task.query_id, digest, progress_plan)
+    metadata = progress_metadata(target.version, target.scope, digest, progress_plan)
     return _commit_decided(worker, options, task, _Commit(
         key.group_id, [key.partition],
-        lambda committed: decide_progress_commit(batch, committed.get(key.partition, NEVER), digest.as_json(),
+        lambda committed: decide_progress_commit(target, committed.get(key.partition, NEVER), digest.as_json(),
                                                  task.describe()),
-        lambda: [_OffsetsToSend([TopicPartition(key.topic, 0, batch + 1, metadata=metadata)],
+        lambda: [_OffsetsToSend([TopicPartition(key.topic, 0, target.version + 1, metadata=metadata)],
                                 group_metadata(key.group_id, options))]),
         commitment.claim)
 
@@ -359,6 +374,15 @@ def _commit_transaction(producer) -> TaskOutcome:
     producer.commit_transaction(COMMIT_TIMEOUT_S)
     faults.stall_point(faults.STALL_AFTER_COMMIT)
     return TaskOutcome.COMMITTED
+
+
+def _unmasked(error: Exception) -> Exception:
+    """confluent-kafka runs the delivery callbacks of a flush() that met a fatal error (the producer
+    fenced) with that error already raised: the callback's first call into the client fails with a
+    SystemError caused by it. The fatal error is the one to act on and to report."""
+    if isinstance(error, SystemError) and isinstance(error.__cause__, KafkaException):
+        return error.__cause__
+    return error
 
 
 def _abort(worker: WorkerProducer, options: SinkOptions, error: Exception) -> bool:

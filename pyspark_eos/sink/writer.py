@@ -28,6 +28,7 @@ _BatchBase = getattr(datasource, "DataSourceArrowWriter", datasource.DataSourceW
 
 
 REPLAY = "a replay of this batch"
+RERUN = "a rerun of this write"
 
 
 def _records(writer_base, iterator, options: SinkOptions):
@@ -54,50 +55,66 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
         text += f" with their input offsets: those records stay visible, and {rerun} will not write them again"
     elif options.records_progress and rerun == REPLAY:
         text += f" with their progress: those records stay visible, and {rerun} will not write them again"
+    elif options.records_progress:
+        text += (": those records stay visible. A rerun with the same txnAppId and txnVersion, or Spark's replay "
+                 "of the foreachBatch batch this write runs in, will not write them again; a rerun without either "
+                 "writes them again")
     else:
         text += (f": those records stay visible, and {rerun} writes them again (without kafka.group.id the "
                  "sink commits no input offsets)")
     return f"{text} ({_summary(messages)})"
 
 
-class EosKafkaStreamWriter(_StreamBase):
-    def __init__(self, options: SinkOptions):
-        self.options = options
-        self.progress_plan = None
+class _PlannedWriter:
+    """Spark builds a writer on the driver for every micro-batch or batch write and pickles it for
+    the write's tasks. Without input offsets to commit, they commit their own progress, ordered by
+    the write's plan record (task_progress), appended here. Spark also builds a writer to call
+    commit() or abort(), which is never pickled and needs no plan record."""
+
+    options: SinkOptions
+    progress_plan = None
 
     def __getstate__(self) -> dict:
-        # Spark builds this writer on the driver for every micro-batch and pickles it for the
-        # batch's write tasks; without input offsets to commit, they commit their own progress,
-        # ordered by the batch's plan record (task_progress), appended here. Spark also builds a
-        # writer to call commit() or abort(), which is never pickled and needs no plan record.
         if self.options.records_progress and self.progress_plan is None:
             self.progress_plan = open_progress_plan(self.options)
         return self.__dict__
 
-    def write(self, iterator):
+    def _write(self, records, batch_write: bool):
         if self.options.records_progress and self.progress_plan is None:
             # Never write without it: the task would commit no progress, and a replay would write again.
             raise EosKafkaError("this write task got no plan record for its batch from the driver (the sink's writer "
                                 "reached it without being pickled); nothing was written. Report this as a bug")
-        return write_task(_records(_StreamBase, iterator, self.options), self.options, self.progress_plan)
+        return write_task(records, self.options, self.progress_plan, batch_write)
+
+
+class EosKafkaStreamWriter(_PlannedWriter, _StreamBase):
+    def __init__(self, options: SinkOptions):
+        self.options = options
+
+    def write(self, iterator):
+        return self._write(_records(_StreamBase, iterator, self.options), batch_write=False)
 
     def commit(self, messages, batchId) -> None:
         log.info("batch %s written: %s", batchId, _summary(messages))
-        faults.crash_point(faults.DRIVER_AFTER_KAFKA_COMMIT)
+        if any(m is not None and m.outcome is TaskOutcome.COMMITTED for m in messages):
+            # A batch that committed nothing in Kafka has no such moment (an aggregation's first batch).
+            faults.crash_point(faults.DRIVER_AFTER_KAFKA_COMMIT)
 
     def abort(self, messages, batchId) -> None:
         log.warning("batch %s failed: %s", batchId, _failure_summary(messages, self.options, REPLAY))
 
 
-class EosKafkaBatchWriter(_BatchBase):
+class EosKafkaBatchWriter(_PlannedWriter, _BatchBase):
+    """``df.write``: idempotent under txnAppId/txnVersion or inside foreachBatch (idempotent_writes)."""
+
     def __init__(self, options: SinkOptions):
         self.options = options
 
     def write(self, iterator):
-        return write_task(_records(_BatchBase, iterator, self.options), self.options)
+        return self._write(_records(_BatchBase, iterator, self.options), batch_write=True)
 
     def commit(self, messages) -> None:
         log.info("write finished: %s", _summary(messages))
 
     def abort(self, messages) -> None:
-        log.warning("write failed: %s", _failure_summary(messages, self.options, "a rerun of this write"))
+        log.warning("write failed: %s", _failure_summary(messages, self.options, RERUN))
