@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 JOIN_TIMEOUT_S = 60.0
 # How often a batch read's membership asks whether its write has committed (leave_once_committed).
 COMMITTED_CHECK_S = 2.0
+COMMIT_WAIT_S = 10.0
+# How long the thread's poll waits: also how long a commit asked for between batches waits to start.
+POLL_S = 0.1
 # A running query's member notices added partitions at its next metadata refresh (2 s) and the
 # rebalance follows within seconds; past this, none is coming (see group_rebalance).
 REBALANCE_GRACE_S = 10.0
@@ -66,6 +69,13 @@ def _instance_prefix(group_id: str) -> str:
 
 def _positions(offsets: dict[tuple[str, int], int]) -> str:
     return ", ".join(f"{topic}-{partition}={offset}" for (topic, partition), offset in sorted(offsets.items()))
+
+
+class _CommitRequest:
+    def __init__(self, offsets: dict[tuple[str, int], int], metadata: str):
+        self.offsets, self.metadata = offsets, metadata
+        self.done = threading.Event()
+        self.error = None
 
 
 class GroupMembership:
@@ -109,6 +119,8 @@ class GroupMembership:
         self._leave_at: dict[tuple[str, int], int] | None = None  # see leave_once_committed
         self._next_check = 0.0
         self._leaving: threading.Event | None = None
+        self._consumer: Consumer | None = None  # the member, while the thread runs
+        self._commit_request: _CommitRequest | None = None  # see commit
 
     def start(self) -> "GroupMembership":
         if self._thread is None:
@@ -130,6 +142,38 @@ class GroupMembership:
         held the group (and its partitions) for as long as Spark kept its planner process, and the
         next read of the group fenced it."""
         self._leave_at = dict(ends)
+
+    def commit(self, offsets: dict[tuple[str, int], int], metadata: str) -> bool:
+        """Commit ``offsets`` as this member (group_commits decides which), waiting up to
+        COMMIT_WAIT_S; False when it was not taken. The membership's thread commits them: a
+        confluent-kafka consumer serves one call at a time, and its poll holds it."""
+        if self._consumer is None or self._fenced is not None:
+            return False
+        request = self._commit_request = _CommitRequest(offsets, metadata)
+        if not request.done.wait(COMMIT_WAIT_S):
+            log.info("consumer group %r: %s not committed within %.0f s", self.group_id, _positions(offsets),
+                     COMMIT_WAIT_S)
+            return False
+        return request.error is None
+
+    def current_stamp(self) -> GroupStamp | None:
+        """The membership now, not waiting for a join or rebalance to finish."""
+        return None if self._fenced is not None else self._stamp
+
+    def _serve_commit(self, consumer: Consumer) -> None:
+        request, self._commit_request = self._commit_request, None
+        if request is None:
+            return
+        offsets = [TopicPartition(t, p, o, metadata=request.metadata) for (t, p), o in request.offsets.items()]
+        try:
+            answered = consumer.commit(offsets=offsets, asynchronous=False)
+            request.error = next((tp.error for tp in answered or () if tp.error is not None), None)
+        except KafkaException as error:
+            request.error = error
+        if request.error is not None:
+            log.info("consumer group %r: committing %s failed (%s)", self.group_id, _positions(request.offsets),
+                     request.error)
+        request.done.set()
 
     def stamp_holding(self, partitions, timeout: float = JOIN_TIMEOUT_S) -> GroupStamp:
         """The current membership once it is assigned every one of ``partitions`` (input partitions
@@ -187,18 +231,20 @@ class GroupMembership:
 
     def _run(self) -> None:
         self._evict_earlier_runs()
-        consumer = Consumer(self._config)
+        consumer = self._consumer = Consumer(self._config)
         consumer.subscribe(self._subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
                            on_lost=self._on_revoke)
         try:
             while not self._stopping.is_set() and self._fenced is None:
-                message = consumer.poll(0.5)
+                message = consumer.poll(POLL_S)
                 if message is not None and message.error() is not None:
                     self._on_error(message.error())
+                self._serve_commit(consumer)
                 if self._committed_through(consumer):
                     self._leave(consumer)
                     break
         finally:
+            self._consumer = None
             if self._fenced is None:
                 consumer.close()
 

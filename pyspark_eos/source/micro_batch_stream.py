@@ -34,6 +34,7 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_end: Offsets | None = None
         self._latest: Offsets | None = None
         self._available_now_end: Offsets | None = None
+        self._completed: Offsets | None = None
 
     @property
     def options(self) -> SourceOptions:
@@ -45,11 +46,15 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.planner.join_group()
         start = self.planner.resolve(self.options.starting, self.planner.kafka.topic_partitions())
         log.info("query starts at %s (startingOffsets: %s)", to_json(start), self.options.starting.kind)
+        self._completed = start  # where the query starts is no batch completed: nothing to commit
         return to_json(start)
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         # Keeps the query in its consumer group from its first batch on, and stops a fenced one early.
         self.planner.join_group()
+        if start is not None:
+            # Spark passes the end of the last batch in its commit log: done, output visible.
+            self._batch_completed(from_json(start))
         begin = from_json(start) if start is not None else self._continue_from()
         partitions = self.planner.kafka.topic_partitions()
         self._latest = self.planner.kafka.latest(partitions)
@@ -87,14 +92,22 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return read_partition(partition, self.planner.settings)
 
     def commit(self, end: dict) -> None:
-        # Input offsets are committed to Kafka by the eos-kafka sink, inside each task's transaction;
-        # Spark's commit here only means the batch is done.
+        # A narrow pipeline's sink has committed these offsets in its tasks' transactions already;
+        # for any other shape the group follows here (on PySpark 4.0/4.1 only here, a batch late:
+        # Spark calls commit(end) when it plans the next batch).
         log.debug("batch up to %s is done", end)
+        self._batch_completed(from_json(end))
 
     def stop(self) -> None:
         # Spark kills the reader process rather than calling this; a restarted query's static
         # membership takes over from the dead one's (same instance id).
         self.planner.close()
+
+    def _batch_completed(self, end: Offsets) -> None:
+        # Spark tells twice on 4.2+ (the next latestOffset's start, then commit): look once.
+        if end != self._completed:
+            self._completed = end
+            self.planner.commit_completed_batch(end)
 
     def _continue_from(self) -> Offsets:
         if self._last_end is None:
@@ -109,4 +122,5 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return None  # ReadAllAvailable (e.g. Trigger.AvailableNow batches) or a limit Kafka offsets can't express
 
     def __getstate__(self):
-        return {"planner": self.planner, "_last_end": None, "_latest": None, "_available_now_end": None}
+        return {"planner": self.planner, "_last_end": None, "_latest": None, "_available_now_end": None,
+                "_completed": None}

@@ -101,13 +101,23 @@ class KafkaOffsetReader:
         died made librdkafka abort the driver's reader process (the query died), and a long-lived
         one waited out its timeout batch after batch once the coordinator had moved.
         """
+        answered = self._ask_committed(group, partitions)
+        return {(tp.topic, tp.partition): tp.offset for tp in answered or () if tp.error is None and tp.offset >= 0}
+
+    def committed_answer(self, group: str, partitions: list[TopicPartitionKey]) -> Offsets | None:
+        """committed_now, or None unless every partition was answered (left out: never committed)."""
+        answered = self._ask_committed(group, partitions)
+        if answered is None or any(tp.error is not None for tp in answered):
+            return None
+        return {(tp.topic, tp.partition): tp.offset for tp in answered if tp.offset >= 0}
+
+    def _ask_committed(self, group: str, partitions: list[TopicPartitionKey]) -> list[TopicPartition] | None:
         try:
-            answered = self._group_reader(group).committed(
+            return self._group_reader(group).committed(
                 [TopicPartition(topic, partition) for topic, partition in partitions], timeout=REQUEST_TIMEOUT_S)
         except KafkaException as error:
             log.warning("consumer group %r: no committed offsets (%s)", group, error.args[0])
-            return {}
-        return {(tp.topic, tp.partition): tp.offset for tp in answered if tp.error is None and tp.offset >= 0}
+            return None
 
     def _group_reader(self, group: str) -> Consumer:
         if self._group_reader_client is None:

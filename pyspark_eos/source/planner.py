@@ -8,6 +8,7 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import ClaimsLog
 from ..protocol.handover import Provenance, record_read
 from ..protocol.group_stamp import GroupStamp
+from .group_commits import commit_metadata, offsets_to_commit
 from .group_membership import GroupMembership, instance_id_for, subscription_name
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
@@ -108,6 +109,18 @@ class SourcePlanner:
         its membership over."""
         return (self.options.bootstrap_servers,
                 instance_id_for(self.options.group_id, subscription_name(**self._subscribed())))
+
+    def commit_completed_batch(self, ends: Offsets) -> None:
+        """The group's offsets follow a batch Spark has completed (group_commits)."""
+        stamp = self._membership.current_stamp() if self._membership is not None else None
+        if stamp is None:
+            return
+        committed = self.kafka.committed_answer(self.options.group_id, list(ends))
+        if committed is None:
+            return  # not known now: the next completed batch's ends are committed instead
+        wanted = offsets_to_commit(ends, committed, stamp.assignment)
+        if wanted:
+            self._membership.commit(wanted, commit_metadata(stamp))
 
     def leave_group_once_committed(self, partitions: list[KafkaInputPartition]) -> None:
         """A batch read's membership leaves the group once its write has committed every range."""
