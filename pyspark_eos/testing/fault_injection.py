@@ -67,6 +67,12 @@ _STALL_LIMIT_S = 900.0  # a stall nobody resumes ends by itself
 def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
     """Arm ``point`` in one executor's local directory.
 
+    ``per_query`` (bool): the fault is taken once by each streaming query (its first task there)
+    instead of once in all; ``gather`` (int, crash points): the processes that reach the point wait
+    until that many have, then the last one crashes them all (each query's driver-side commit is
+    a process of its own: several queries of one driver die between their Kafka commits and Spark's
+    commit logs).
+
     Stall parameters: ``kill`` (bool: SIGKILL the worker there instead of stalling it),
     ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``,
     ``report_dir`` (where the stall reports go; default: beside the marker, but a standalone
@@ -137,11 +143,15 @@ def is_switched_off(switch: str) -> bool:
 
 
 def crash_if_armed(point: str) -> None:
-    if _claim(point) is None:
+    params = _claim(point)
+    if params is None:
         return
-    victim = _victim(point)
-    log.warning("fault injection: %s, killing pid %d with SIGKILL", point, victim)
-    os.kill(victim, signal.SIGKILL)
+    if params.get("gather", 1) > 1:
+        _gather(point, params["gather"])  # then each of them kills: the victim is theirs to share
+    with contextlib.suppress(ProcessLookupError, RuntimeError):  # a gathered one's JVM may be gone already
+        victim = _victim(point)
+        log.warning("fault injection: %s, killing pid %d with SIGKILL", point, victim)
+        os.kill(victim, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)  # when the victim was an ancestor, go down with it
 
 
@@ -172,6 +182,16 @@ def stall_if_armed(point: str) -> None:
     _report(_report_path(marker, "resumed", params.get("report_dir")), {"pid": os.getpid(), **_task()})
 
 
+def _gather(point: str, count: int) -> None:
+    """Wait until ``count`` processes have reached ``point`` (this one included)."""
+    arrivals = _faults_directory() / f"{point}.arrived"
+    arrivals.mkdir(exist_ok=True)
+    (arrivals / str(os.getpid())).touch()
+    deadline = time.monotonic() + _STALL_LIMIT_S
+    while len(list(arrivals.iterdir())) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def _claim(point: str) -> dict | None:
     marker = _faults_directory() / point
     try:
@@ -181,11 +201,22 @@ def _claim(point: str) -> dict | None:
     task = _task()
     if any(key in params and params[key] != task.get(key) for key in ("partition", "attempt")):
         return None
+    if params.get("per_query") or params.get("gather", 1) > 1:
+        return params if _first(marker, task.get("query") if params.get("per_query") else os.getpid()) else None
     try:  # the rename is the claim: exactly one process takes the fault
         os.rename(marker, marker.with_name(f"{point}.taken.{os.getpid()}"))
     except FileNotFoundError:
         return None
     return params
+
+
+def _first(marker: Path, key) -> bool:
+    """True for the first process to ask with ``key``: the exclusive creation is the claim."""
+    try:
+        os.close(os.open(marker.with_name(f"{marker.name}.taken.{key}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 def _task() -> dict:
@@ -195,7 +226,8 @@ def _task() -> dict:
     if context is None:
         return {}
     return {"partition": context.partitionId(), "attempt": context.attemptNumber(), "executor": executor_id(),
-            "task_attempt_id": context.taskAttemptId(), "batch": context.getLocalProperty("streaming.sql.batchId")}
+            "task_attempt_id": context.taskAttemptId(), "batch": context.getLocalProperty("streaming.sql.batchId"),
+            "query": context.getLocalProperty("sql.streaming.queryId")}
 
 
 def _wait_for_resume(params: dict) -> None:
