@@ -73,13 +73,19 @@ def test_step4_a_released_claim_its_own_id_or_its_own_earlier_copy_is_not_fenced
 def test_step4_a_claim_whose_id_another_attempt_claimed_under_since_is_not_fenced():
     # A dead worker's slot, taken over by the next task of the executor: the new holder's
     # init_transactions aborted the dead attempt's transaction, and a fence would abort the new one's.
-    dead = claim(10, 5, "t-slot-1", 12)
-    new_holder = claim(10, 6, "t-slot-1", 14, partitions=frozenset({("orders", 3)}))
+    dead = dataclasses.replace(claim(10, 5, "t-slot-1", 12), slots="executor-1-of-app-1")
+    new_holder = dataclasses.replace(claim(10, 6, "t-slot-1", 14, partitions=frozenset({("orders", 3)})),
+                                     slots="executor-1-of-app-1")
     assert decide_fence(OWN, [dead, new_holder, OWN]).outcome is FenceOutcome.PROCEED
     copy = dataclasses.replace(dead, offset=14)  # the dead attempt's own claim appended twice is no new holder
     assert decide_fence(OWN, [dead, copy, OWN]).to_fence == (dead,)
-    before = claim(9, 4, "t-slot-1", 11, partitions=frozenset({("orders", 3)}))  # an earlier holder: no proof
+    before = dataclasses.replace(new_holder, offset=11)  # an earlier holder: no proof
     assert decide_fence(OWN, [before, dead, OWN]).to_fence == (dead,)
+    # The same id in another application (executor ids repeat) is held under other slots: no proof.
+    elsewhere = dataclasses.replace(new_holder, slots="executor-1-of-app-2")
+    assert decide_fence(OWN, [dead, elsewhere, OWN]).to_fence == (dead,)
+    old_dead, old_holder = (dataclasses.replace(c, slots="") for c in (dead, new_holder))  # before claims named slots
+    assert decide_fence(OWN, [old_dead, old_holder, OWN]).to_fence == (old_dead,)
 
 
 def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fenced_nor_a_reason_to_refuse():
@@ -188,9 +194,14 @@ def test_a_batch_writes_key_is_its_options_or_the_foreach_batch_it_runs_in():
     plain = SinkOptions.parse(SINK)
     assert batch_write_target(plain, None, None) is None  # no key: a plain transactional write
     in_batch = batch_write_target(plain, "q-1", "4")
-    assert (in_batch.scope, in_batch.version, in_batch.versioned) == ("q-1/out", 4, True)
+    assert (in_batch.scope, in_batch.version, in_batch.versioned) == ("q-1//out", 4, True)
     named = batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders"}), "q-1", "4")
-    assert (named.scope, named.version) == ("orders/out", 4)  # two writes of a batch into one topic
+    # Two writes of a batch into one topic; the query's id stays in the key: a new checkpoint's
+    # batch ids start again at 0 and must not be skipped as older versions.
+    assert (named.scope, named.version) == ("q-1/orders/out", 4)
+    assert named.describe() == "foreachBatch of query q-1 txnAppId 'orders' version 4 into out"
+    given = batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders", "txnVersion": "9"}), "q-1", "4")
+    assert (given.scope, given.version) == ("orders/out", 9)  # both given: Delta's key, across queries
     with pytest.raises(ConfigurationError, match="gives txnAppId without txnVersion.*give both"):
         batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders"}), None, None)
     with pytest.raises(ConfigurationError, match="gives txnVersion without txnAppId"):

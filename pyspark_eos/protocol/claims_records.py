@@ -49,12 +49,15 @@ class Claim:
     # The run tokens of the attempt's plans' group stamps: which instance of the pipeline it
     # belongs to. Empty in a claim written without them: it counts as one of this instance's.
     run_tokens: frozenset[str] = frozenset()
+    # Names the executor's write slots in one application (transactional_id_factory): empty in a
+    # claim written without it.
+    slots: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
                            "plan": self.order.plan, "attempt": self.order.attempt,
                            "transactional_id": self.transactional_id, "task": self.task,
-                           "memberships": sorted(self.run_tokens)}).encode()
+                           "memberships": sorted(self.run_tokens), "slots": self.slots}).encode()
 
     def same_instance(self, other: "Claim") -> bool:
         return not self.run_tokens or not other.run_tokens or bool(self.run_tokens & other.run_tokens)
@@ -79,6 +82,6 @@ def parse_record(value: bytes, offset: int) -> "Claim | GroupStamp | None":
             return None
         return Claim(kind, data["group"], frozenset((t, p) for t, p in data["partitions"]),
                      AttemptOrder(data["plan"], data["attempt"]), data["transactional_id"], data.get("task", "?"),
-                     offset, frozenset(data.get("memberships", ())))
+                     offset, frozenset(data.get("memberships", ())), str(data.get("slots", "")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -67,6 +67,7 @@ from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
 from .fence_decision import FenceOutcome, decide_fence
 from .options import SinkOptions
+from .transactional_id_factory import slots_name
 from .worker_resources import held_for
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
                                  "give every eos-kafka source of a pipeline the same claimsTopic")
     topic = topics.pop()
     own = Claim(CLAIM, group, frozenset(partitions), AttemptOrder(plans[-1].offset, task_attempt_id),
-                transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t))
+                transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t), slots=slots_name())
     own = replace(own, offset=append(clients.producer(), topic, group, own.to_json()))
     return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients)
 

@@ -62,10 +62,13 @@ def _unreleased_older(rivals: list[Claim], own: Claim, records: list) -> list[Cl
 
 
 def _taken_over(claim: Claim, records: list) -> bool:
-    """A later claim under the same transactional id by another attempt, of any task or group. An
-    id is held by one process at a time (transactional_id_factory): its next holder claims only
-    after the earlier attempt's transaction ended, or after its own init_transactions aborted it
-    (a dead worker's slot taken over). Fencing the id again would abort the new holder's
-    transaction, another task's."""
-    return any(isinstance(r, Claim) and r.kind == CLAIM and r.transactional_id == claim.transactional_id
-               and r.offset > claim.offset and r.order != claim.order for r in records)
+    """A later claim under the same transactional id by another attempt of any task or group, made
+    from the same executor's slots. There an id is held by one process at a time (an flock in the
+    executor's local directory, transactional_id_factory): its next holder claims only after the
+    earlier attempt's transaction ended, or after its own init_transactions aborted it (a dead
+    worker's slot taken over). Fencing the id again would abort the new holder's transaction,
+    another task's. Another application's executor with the same id (executor ids repeat) holds
+    other slots: no proof, so its claim takes nothing over."""
+    return bool(claim.slots) and any(
+        isinstance(r, Claim) and r.kind == CLAIM and r.transactional_id == claim.transactional_id
+        and r.slots == claim.slots and r.offset > claim.offset and r.order != claim.order for r in records)

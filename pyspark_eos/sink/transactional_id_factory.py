@@ -59,6 +59,12 @@ def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int
     return f"{prefix}.{group_id or 'no-group'}.{executor}.{slot}"
 
 
+def slots_name() -> str:
+    """Names this executor's slot directories in this application (its local directory): the same
+    transactional id under the same name was held by one process at a time."""
+    return hashlib.sha256(str(executor_local_directory()).encode()).hexdigest()[:16]
+
+
 def slot_directory(prefix: str, group_id: str | None) -> Path:
     key = hashlib.sha256(f"{prefix}\0{group_id}".encode()).hexdigest()[:16]
     directory = executor_local_directory() / "eos-kafka-slots" / key
