@@ -57,7 +57,12 @@ class EosKafkaDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink.writer import EosKafkaStreamWriter
 
-        return EosKafkaStreamWriter(_sink_options(self.options, schema))
+        options = _sink_options(self.options, schema)
+        if options.txn_app_id is not None or options.txn_version is not None:
+            # A micro-batch's key is its query and batch id; a version given here would be ignored.
+            raise ConfigurationError("txnAppId and txnVersion are for batch writes (df.write, in foreachBatch too); "
+                                     "a streaming write is exactly-once by its query's batch ids: drop them")
+        return EosKafkaStreamWriter(options)
 
 
 def _sink_options(options, schema: StructType) -> SinkOptions:

@@ -87,3 +87,17 @@ def test_a_new_txn_version_writes_again_and_an_older_one_is_skipped(spark, kafka
     job.run(txnVersion=1)
     ids = job.ids()
     assert len(ids) == 2 * ROWS and set(ids) == set(range(ROWS))
+
+
+def test_a_streaming_write_refuses_a_txn_version(spark, kafka, tmp_path):
+    from pyspark.errors import StreamingQueryException
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("idempotent-stream"))
+    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
+             .selectExpr("CAST(value AS STRING) AS value").writeStream.format("eos-kafka")
+             .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("topic", topic)
+             .option("txnVersion", 3).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException, match="txnAppId and txnVersion are for batch writes"):
+        query.awaitTermination(120)
+    assert read_committed(kafka.bootstrap_servers, topic) == []

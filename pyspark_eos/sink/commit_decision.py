@@ -198,7 +198,7 @@ def decide_progress_commit(target: ProgressTarget, committed: Committed, replay:
             f"{where}: {target.describe()} was written before with {stored.get('records')} record(s) (checksum "
             f"{stored.get('checksum')}), and {'this write of it' if target.versioned else 'its replay'} has "
             f"{replay['records']} (checksum "
-            f"{replay['checksum']}). Nothing of it was written. " + _different_replay_fix(target))
+            f"{replay['checksum']}). None of this task's records were written. " + _different_replay_fix(target))
     return CommitDecision.SKIP
 
 

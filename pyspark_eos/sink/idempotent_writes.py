@@ -2,10 +2,11 @@
 
 - The streaming sink: the query and its micro-batch. A replay of a batch has the same batch id.
 - A batch write (``df.write``), as Delta Lake's idempotent writes: ``txnAppId`` and ``txnVersion``.
-  Inside ``foreachBatch`` each defaults to what Spark gives the batch's jobs (the local properties
-  ``sql.streaming.queryId`` and ``streaming.sql.batchId``), so a replayed batch's writes are the
-  same writes again with no option at all. The topic is part of the key: two writes of one batch
-  into two topics are two writes.
+  Inside ``foreachBatch`` the version defaults to the batch id Spark gives the batch's jobs (the
+  local property ``streaming.sql.batchId``), so a replayed batch's writes are the same writes
+  again with no option at all; the key then names the query too (``sql.streaming.queryId``): a
+  new checkpoint's batch ids start again at 0, and must not look older than the last run's. The
+  topic is part of the key: two writes of one batch into two topics are two writes.
 - A batch write with neither: no key, a plain transactional write (a rerun writes it again).
 
 A versioned write whose key committed at a later version is skipped, as Delta skips a txnVersion
@@ -26,13 +27,14 @@ class ProgressTarget:
 
     scope: str
     version: int
-    versioned: bool  # a batch write's txnVersion (a later one committed: skip), not a micro-batch
+    versioned: bool  # a batch write's version (a later one committed: skip), not a micro-batch
+    what: str = ""  # the write, for messages
+    topic: str | None = None
 
     def describe(self) -> str:
-        if self.versioned:
-            app_id, _, topic = self.scope.rpartition("/")
-            return f"txnAppId {app_id!r} version {self.version}" + (f" into {topic}" if topic else "")
-        return f"batch {self.version}"
+        if not self.versioned:
+            return f"batch {self.version}"
+        return f"{self.what} version {self.version}" + (f" into {self.topic}" if self.topic else "")
 
 
 def stream_target(query_id: str | None, batch_id: str | None, where: str) -> ProgressTarget:
@@ -44,8 +46,12 @@ def stream_target(query_id: str | None, batch_id: str | None, where: str) -> Pro
 
 def batch_write_target(options: SinkOptions, query_id: str | None, batch_id: str | None) -> ProgressTarget | None:
     """The key of a batch write's task: the options, or the foreachBatch batch it runs in."""
+    if options.txn_version is None and batch_id is not None and query_id is not None:
+        return _target(f"{query_id}/{options.txn_app_id or ''}", int(batch_id), options.topic,
+                       f"foreachBatch of query {query_id}" + (f" txnAppId {options.txn_app_id!r}" if options.txn_app_id
+                                                             else ""))
     app_id = options.txn_app_id or query_id
-    version = options.txn_version if options.txn_version is not None else batch_id
+    version = options.txn_version
     if app_id is None and version is None:
         return None
     if app_id is None or version is None:
@@ -54,7 +60,11 @@ def batch_write_target(options: SinkOptions, query_id: str | None, batch_id: str
             f"this write gives {'txnAppId' if version is None else 'txnVersion'} without {missing}, and runs outside "
             f"a foreachBatch function (which would supply it): give both txnAppId (a name for the job) and "
             "txnVersion (a number that grows with each run of new data), or neither")
-    return ProgressTarget(f"{app_id}/{options.topic or ''}", int(version), versioned=True)
+    return _target(app_id, version, options.topic, f"txnAppId {app_id!r}")
+
+
+def _target(app: str, version: int, topic: str | None, what: str) -> ProgressTarget:
+    return ProgressTarget(f"{app}/{topic or ''}", version, True, what, topic)
 
 
 def refuse_group_in_foreach_batch(options: SinkOptions, batch_id: str | None) -> None:
