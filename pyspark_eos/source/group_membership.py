@@ -75,6 +75,7 @@ class _CommitRequest:
     def __init__(self, offsets: dict[tuple[str, int], int], metadata: str):
         self.offsets, self.metadata = offsets, metadata
         self.done = threading.Event()
+        self.started = False
         self.error = None
 
 
@@ -151,9 +152,15 @@ class GroupMembership:
             return False
         request = self._commit_request = _CommitRequest(offsets, metadata)
         if not request.done.wait(COMMIT_WAIT_S):
-            log.info("consumer group %r: %s not committed within %.0f s", self.group_id, _positions(offsets),
-                     COMMIT_WAIT_S)
-            return False
+            with self._state:
+                started = request.started
+                if not started:  # never sent later, when the next batch's tasks may commit newer offsets
+                    self._commit_request = None
+            # One already sent is waited for as long again, for the same reason.
+            if not (started and request.done.wait(COMMIT_WAIT_S)):
+                log.info("consumer group %r: %s not committed within %.0f s", self.group_id, _positions(offsets),
+                         COMMIT_WAIT_S)
+                return False
         return request.error is None
 
     def current_stamp(self) -> GroupStamp | None:
@@ -161,9 +168,11 @@ class GroupMembership:
         return None if self._fenced is not None else self._stamp
 
     def _serve_commit(self, consumer: Consumer) -> None:
-        request, self._commit_request = self._commit_request, None
-        if request is None:
-            return
+        with self._state:
+            request, self._commit_request = self._commit_request, None
+            if request is None:
+                return
+            request.started = True
         offsets = [TopicPartition(t, p, o, metadata=request.metadata) for (t, p), o in request.offsets.items()]
         try:
             answered = consumer.commit(offsets=offsets, asynchronous=False)
