@@ -22,5 +22,5 @@ query.processAllAvailable()
 query.stop()
 rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 print(json.dumps({"pyspark": pyspark.__version__, "rows_per_batch": rows,
-                  "sink_writer": EosKafkaStreamWriter.__mro__[1].__name__}))
+                  "sink_writer": EosKafkaStreamWriter.__bases__[-1].__name__}))
 spark.stop()

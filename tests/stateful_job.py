@@ -9,14 +9,13 @@ and retried), "kill-driver" (the driver dies once every query has committed a ba
 Kafka, before Spark's commit log), "at-least-once" (the writes' deliveryGuarantee, for a control).
 Events: {"id": n, "key": "k<n % KEYS>", "ts": <START + n seconds>} per line, one file a batch.
 """
-import os
-import signal
 import sys
+import tempfile
 
 from pyspark.sql import functions as F
 
-from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, STALL_AFTER_COMMIT, arm
-from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
+from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, STALL_AFTER_COMMIT, arm, crash_if_armed, enable
+from pyspark_eos.testing.local_spark import local_spark_session
 
 KEYS = 3
 WINDOW_S = 10
@@ -57,8 +56,8 @@ class Job:
             for topic in self.topics:
                 window_records(frame, batch_id).write.format("eos-kafka").mode("append").options(
                     **self.options(topic)).save()
-            if "kill-driver" in self.faults and batch_id == 0:
-                os.kill(os.getpid(), signal.SIGKILL)  # both writes committed, Spark's commit log not written
+            if batch_id == 0:  # both writes committed, Spark's commit log not written
+                crash_if_armed(DRIVER_AFTER_KAFKA_COMMIT)
         return window_counts(events(spark, directory)).writeStream.outputMode("update").foreachBatch(write)
 
     def window_append(self, spark, directory: str):
@@ -132,16 +131,18 @@ def main(bootstrap: str, queries: str, *faults: str) -> None:
     import json
 
     specs = json.loads(queries)
+    # Faults armed for every process, this driver's own too: foreachBatch's function runs here.
+    faults_dir = tempfile.mkdtemp(prefix="eos-kafka-faults-")
+    enable(faults_dir)
     spark = local_spark_session("local[2,4]", app_name="eos-kafka stateful job",
                                 conf={"spark.sql.session.timeZone": "UTC",
                                       # transformWithStateInPandas needs RocksDB state
                                       "spark.sql.streaming.stateStore.providerClass":
                                           "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"})
-    for local_dir in executor_local_dirs(spark):
-        if "kill-worker" in faults:
-            arm(STALL_AFTER_COMMIT, local_dir, kill=True, per_query=True)
-        if "kill-driver" in faults:  # the streaming sink's queries (foreachBatch's function dies by itself)
-            arm(DRIVER_AFTER_KAFKA_COMMIT, local_dir, gather=sum(spec["shape"] != "update" for spec in specs))
+    if "kill-worker" in faults:
+        arm(STALL_AFTER_COMMIT, faults_dir, kill=True, per_query=True)
+    if "kill-driver" in faults:
+        arm(DRIVER_AFTER_KAFKA_COMMIT, faults_dir, gather=len(specs))
     started = []
     for spec in specs:
         job = Job(bootstrap, spec["prefix"], spec["topics"], list(faults))
