@@ -55,9 +55,9 @@ def batch_write_target(options: SinkOptions, query_id: str | None, batch_id: str
     if app_id is None and version is None:
         return None
     if app_id is None or version is None:
-        missing = "txnVersion" if version is None else "txnAppId"
+        given, missing = ("txnAppId", "txnVersion") if version is None else ("txnVersion", "txnAppId")
         raise ConfigurationError(
-            f"this write gives {'txnAppId' if version is None else 'txnVersion'} without {missing}, and runs outside "
+            f"this write gives {given} without {missing}, and runs outside "
             f"a foreachBatch function (which would supply it): give both txnAppId (a name for the job) and "
             "txnVersion (a number that grows with each run of new data), or neither")
     return _target(app_id, version, options.topic, f"txnAppId {app_id!r}")

@@ -201,8 +201,10 @@ def _claim(point: str) -> dict | None:
     task = _task()
     if any(key in params and params[key] != task.get(key) for key in ("partition", "attempt")):
         return None
-    if params.get("per_query") or params.get("gather", 1) > 1:
-        return params if _first(marker, task.get("query") if params.get("per_query") else os.getpid()) else None
+    if params.get("per_query"):
+        return params if _first(marker, task.get("query")) else None
+    if params.get("gather", 1) > 1:
+        return params  # every process that reaches it waits for the others (crash_if_armed)
     try:  # the rename is the claim: exactly one process takes the fault
         os.rename(marker, marker.with_name(f"{point}.taken.{os.getpid()}"))
     except FileNotFoundError:
