@@ -6,7 +6,11 @@ Usage: python stateful_job.py BOOTSTRAP QUERIES_JSON [FAULT...]
 QUERIES_JSON: a list of {"shape": one of SHAPES, "input", "checkpoint", "prefix", "topics": [...]}.
 FAULT: "kill-worker" (each query's first write task to commit is killed right after its commit,
 and retried), "kill-driver" (the driver dies once every query has committed a batch's output in
-Kafka, before Spark's commit log), "at-least-once" (the writes' deliveryGuarantee, for a control).
+Kafka, before Spark's commit log), "stall-attempts:DIR:BATCH" (on two executor JVMs, each query's
+first write task of batch BATCH or later to read its progress stalls, all at once, with its
+executor stopped, until DIR/resume exists; the lost executors' tasks are retried on their
+replacements; stall reports in DIR),
+and for controls "at-least-once" (the writes' deliveryGuarantee) and "fencing-off".
 Events: {"id": n, "key": "k<n % KEYS>", "ts": <START + n seconds>} per line, one file a batch.
 """
 import sys
@@ -14,8 +18,9 @@ import tempfile
 
 from pyspark.sql import functions as F
 
-from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, STALL_AFTER_COMMIT, arm, crash_if_armed, enable
-from pyspark_eos.testing.local_spark import local_spark_session
+from pyspark_eos.testing.fault_injection import (ATTEMPT_FENCING_OFF, DRIVER_AFTER_KAFKA_COMMIT, STALL_AFTER_COMMIT,
+                                                 STALL_AFTER_STABLE_READ, arm, crash_if_armed, enable)
+from pyspark_eos.testing.local_spark import FAST_EXECUTOR_LOSS, local_spark_session
 
 KEYS = 3
 WINDOW_S = 10
@@ -48,6 +53,9 @@ class Job:
         options = {"kafka.bootstrap.servers": self.bootstrap, "topic": topic, "transactionalIdPrefix": self.prefix}
         if "at-least-once" in self.faults:
             options["deliveryGuarantee"] = "at-least-once"
+        if stall_attempts(self.faults):
+            # The broker must not abort a stalled attempt's transaction before it resumes: fencing must.
+            options["kafka.transaction.timeout.ms"] = "600000"
         return options
 
     def update_via_foreach_batch(self, spark, directory: str):
@@ -127,6 +135,15 @@ SHAPES = {"update": Job.update_via_foreach_batch, "window": Job.window_append, "
           "transform-with-state": Job.transform_with_state, "complete": Job.complete}
 
 
+def stall_attempts(faults) -> tuple[str, int] | None:
+    """DIR and BATCH of a "stall-attempts:DIR:BATCH" fault, if given."""
+    for fault in faults:
+        if fault.startswith("stall-attempts:"):
+            directory, batch = fault.split(":", 1)[1].rsplit(":", 1)
+            return directory, int(batch)
+    return None
+
+
 def main(bootstrap: str, queries: str, *faults: str) -> None:
     import json
 
@@ -134,11 +151,26 @@ def main(bootstrap: str, queries: str, *faults: str) -> None:
     # Faults armed for every process, this driver's own too: foreachBatch's function runs here.
     faults_dir = tempfile.mkdtemp(prefix="eos-kafka-faults-")
     enable(faults_dir)
-    spark = local_spark_session("local[2,4]", app_name="eos-kafka stateful job",
-                                conf={"spark.sql.session.timeZone": "UTC",
-                                      # transformWithStateInPandas needs RocksDB state
-                                      "spark.sql.streaming.stateStore.providerClass":
-                                          "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"})
+    conf = {"spark.sql.session.timeZone": "UTC",
+            # The stream-static join keeps the static side's split, by default one partition per
+            # core: a replay on the restart's cluster must split its batch as the first run did.
+            "spark.default.parallelism": "2",
+            # transformWithStateInPandas needs RocksDB state
+            "spark.sql.streaming.stateStore.providerClass":
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
+    stalls = stall_attempts(faults)
+    master = "local[2,4]"  # task retries in one JVM
+    if stalls is not None:
+        # Two executors with a slot for each query's stalled attempt and one more: the attempts
+        # stall together, and their executors are lost and replaced once, not once per query.
+        master, conf = "local-cluster[2,4,1024]", {**conf, **FAST_EXECUTOR_LOSS}
+    spark = local_spark_session(master, app_name="eos-kafka stateful job", conf=conf)
+    if stalls is not None:
+        directory, batch = stalls
+        arm(STALL_AFTER_STABLE_READ, faults_dir, per_query=True, gather=len(specs), from_batch=batch,
+            stop_executor=True, resume_file=f"{directory}/resume", report_dir=directory)
+    if "fencing-off" in faults:
+        arm(ATTEMPT_FENCING_OFF, faults_dir)
     if "kill-worker" in faults:
         arm(STALL_AFTER_COMMIT, faults_dir, kill=True, per_query=True)
     if "kill-driver" in faults:

@@ -1,9 +1,14 @@
-"""Stateful queries into eos-kafka under faults, each shape in a driver of its own (stateful_job.py):
-a write task killed right after its commit (retried), and the driver killed once a batch's output
-committed but before Spark's commit log (replayed on restart). An independent read_committed
-consumer checks the output against the ground truth: every result once, every aggregate right.
-Written at-least-once (``run_through_faults(runs, "at-least-once")``), every shape gets duplicates
-under the same faults."""
+"""Stateful queries into eos-kafka under faults, the shapes side by side in one driver
+(stateful_job.py): a write task killed right after its commit (retried), the driver killed once a
+batch's output committed but before Spark's commit log (replayed on restart), and after the
+restart a stalled attempt per query: its executor stops answering after the attempt read its
+progress, is declared lost, and the task runs again elsewhere; the stalled attempt resumes once
+the job has ended, a zombie that has passed its check. An independent read_committed consumer
+checks the output against the ground truth: every result once, every aggregate right.
+
+Controls, run both ways: written at-least-once (``run_through_faults(runs, tmp_path,
+"at-least-once")``), every shape gets duplicates under the same faults; with attempt fencing off
+(``"fencing-off"``), the zombies commit their records a second time."""
 from __future__ import annotations
 
 import json
@@ -14,8 +19,11 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from .kafka_tools import create_topic, read_committed, unique_name
+from pyspark_eos.testing.fault_injection import STALL_AFTER_STABLE_READ, stall_reports
+
+from .kafka_tools import create_topic, read_committed, unique_name, wait_until
 from .stateful_job import KEYS, WINDOW_S
+from .test_zombie_attempts import process_running
 
 JOB = Path(__file__).resolve().parent / "stateful_job.py"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -24,7 +32,9 @@ FAULTS = ("kill-worker", "kill-driver")
 
 
 class StatefulRun:
-    def __init__(self, kafka, tmp_path: Path, shape: str, files: int = 3, topics: int = 1):
+    # Four batches: the window query commits output from its third (its watermark closes windows
+    # a batch late), and a batch after the replayed one is where an attempt stalls.
+    def __init__(self, kafka, tmp_path: Path, shape: str, files: int = 4, topics: int = 1):
         self.bootstrap, self.shape = kafka.bootstrap_servers, shape
         self.input = tmp_path / "input"
         self.input.mkdir(parents=True)
@@ -69,16 +79,28 @@ def run_together(runs: list[StatefulRun], *faults: str) -> subprocess.CompletedP
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
-def run_through_faults(runs: list[StatefulRun], *options: str) -> None:
+def run_through_faults(runs: list[StatefulRun], tmp_path: Path, *options: str) -> None:
     """Each query: a write task killed after its commit, then the driver killed once every query had
-    committed a batch in Kafka; then the driver restarted, to the end."""
+    committed a batch in Kafka; then the driver restarted, to the end, with an attempt of each
+    query stalled in a batch after the replayed one, and resumed once the driver has ended."""
     crashed = run_together(runs, *FAULTS, *options)
     assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stderr[-3000:]
     assert crashed.stderr.count("stall-after-commit, killing worker") == len(runs), "a worker kill did not happen"
     for run in runs:
         assert len(run.batches("offsets") - run.batches("commits")) == 1, f"{run.shape}: no batch between the logs"
-    finished = run_together(runs, *options)
-    assert finished.returncode == 0, finished.stderr[-4000:]
+    replayed = max(int(batch) for run in runs for batch in run.batches("offsets"))
+    stalls = tmp_path / "stalls"
+    stalls.mkdir()
+    try:
+        finished = run_together(runs, f"stall-attempts:{stalls}:{replayed + 1}", *options)
+        assert finished.returncode == 0, finished.stderr[-4000:]
+    finally:
+        (stalls / "resume").touch()  # never leave a stalled worker behind
+    stalled = stall_reports(STALL_AFTER_STABLE_READ, "stalled", stalls)
+    assert len({report["query"] for report in stalled}) == len(runs), f"not every query had a stalled attempt: {stalled}"
+    for report in stalled:
+        wait_until(lambda: not process_running(report["pid"]), 120, f"the resumed attempt {report} to finish")
+    assert len(stall_reports(STALL_AFTER_STABLE_READ, "resumed", stalls)) == len(runs), "a stalled attempt never resumed"
 
 
 def assert_updates_once_and_last_counts_right(records: list[tuple[str, str]], truth: dict[str, int]) -> None:
@@ -136,7 +158,7 @@ def check_complete_tables(run: StatefulRun, records: list[tuple[str, str]]) -> N
     assert len(records) == KEYS * batches, f"{len(records)} records for {batches} batches of the whole table"
     assert ("k0", None) in records, "count 7 is written as a null value (a tombstone)"
     last = {key: value for key, value in records}  # each partition in order; a key has one partition
-    assert last == {f"k{k}": str(len(run.events) // KEYS) for k in range(KEYS)}
+    assert last == {key: str(count) for key, count in Counter(e["key"] for e in run.events).items()}
 
 
 CHECKS = {"update": check_updates, "window": check_windows, "dedup": check_ids, "static-join": check_names,
@@ -146,9 +168,10 @@ CHECKS = {"update": check_updates, "window": check_windows, "dedup": check_ids, 
 
 def test_stateful_queries_write_every_result_once_under_faults(kafka, tmp_path):
     # One driver runs them side by side: each query gets its worker kill, and the driver dies once
-    # every one of them is between its Kafka commits and Spark's commit log. "update" is a windowed
-    # count in update mode, which the sink cannot take: through foreachBatch, into two topics.
+    # every one of them is between its Kafka commits and Spark's commit log; the restarted driver's
+    # queries each get a stalled attempt, resumed after they ended. "update" is a windowed count in
+    # update mode, which the sink cannot take: through foreachBatch, into two topics.
     runs = [StatefulRun(kafka, tmp_path / shape, shape, topics=2 if shape == "update" else 1) for shape in CHECKS]
-    run_through_faults(runs)
+    run_through_faults(runs, tmp_path)
     for run in runs:
         CHECKS[run.shape](run, run.records(run.topics[0]))

@@ -15,17 +15,11 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos.testing import fault_injection as faults
-from pyspark_eos.testing.local_spark import LOCAL_CLUSTER, executor_local_dirs, wait_for_executors
+from pyspark_eos.testing.local_spark import FAST_EXECUTOR_LOSS, LOCAL_CLUSTER, executor_local_dirs, wait_for_executors
 
 from .kafka_tools import kafka_tool, unique_name, wait_until
 from .spark_tools import Pipeline
 
-# The driver declares a silent executor lost after 8 s (Spark's default is 120 s).
-FAST_EXECUTOR_LOSS = {
-    "spark.executor.heartbeatInterval": "1s",
-    "spark.storage.blockManagerHeartbeatTimeoutMs": "8000",
-    "spark.network.timeoutInterval": "1s",
-}
 # Long enough that the broker does not abort a stalled attempt's transaction before it resumes
 # (the fencing must do it, and a query that ends sooner shows it did), except where a test is
 # about that timeout.
@@ -66,7 +60,7 @@ class Zombie:
         self.resume_file.touch()
         wait_until(lambda: faults.stall_report(self.marker, "resumed", self.reports), 60,
                    "the stalled attempt to resume")
-        wait_until(lambda: not _alive(pid), 120, f"the resumed attempt (pid {pid}) to finish")
+        wait_until(lambda: not process_running(pid), 120, f"the resumed attempt (pid {pid}) to finish")
 
     def clean_up(self) -> None:
         self.resume_file.touch()  # never leave a stalled worker behind
@@ -74,7 +68,7 @@ class Zombie:
             path.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:

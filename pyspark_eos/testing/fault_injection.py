@@ -68,16 +68,19 @@ def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
     """Arm ``point`` in one executor's local directory.
 
     ``per_query`` (bool): the fault is taken once by each streaming query (its first task there)
-    instead of once in all; ``gather`` (int, crash points): the processes that reach the point wait
-    until that many have, then the last one crashes them all (each query's driver-side commit is
-    a process of its own: several queries of one driver die between their Kafka commits and Spark's
-    commit logs).
+    instead of once in all; ``gather`` (int): the processes that reach the point wait until that
+    many have, then each takes the fault: a crash point's last arrival crashes them all (each
+    query's driver-side commit is a process of its own: several queries of one driver die between
+    their Kafka commits and Spark's commit logs), and a stall's arrivals stall together, their
+    executors lost at once.
 
     Stall parameters: ``kill`` (bool: SIGKILL the worker there instead of stalling it),
     ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``,
     ``report_dir`` (where the stall reports go; default: beside the marker, but a standalone
     worker deletes a lost executor's local directory), and the filters ``partition`` (Spark
-    partition id) and ``attempt`` (TaskContext.attemptNumber()).
+    partition id), ``attempt`` (TaskContext.attemptNumber()) and ``from_batch`` (a streaming
+    batch id: that batch and later ones). With ``per_query``, each query's stall reports apart
+    (``stall_reports``).
     """
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; use one of {', '.join(POINTS)}")
@@ -94,6 +97,11 @@ def stall_report(marker: Path, stage: str, report_dir: str | os.PathLike | None 
     """What a stall armed at ``marker`` reported at ``stage`` ("stalled" or "resumed"), if it has."""
     path = _report_path(marker, stage, report_dir)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def stall_reports(point: str, stage: str, report_dir: str | os.PathLike) -> list[dict]:
+    """What the stalls of a ``per_query`` stall at ``point`` reported at ``stage``: one per query."""
+    return [json.loads(path.read_text()) for path in sorted(Path(report_dir).glob(f"{point}.query-*.{stage}"))]
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,8 @@ def stall_if_armed(point: str) -> None:
     if params.get("kill"):
         log.warning("fault injection: %s, killing worker pid %d with SIGKILL", point, os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
+    if params.get("gather", 1) > 1:
+        _gather(point, params["gather"])
     marker = _faults_directory() / point
     _latched.update(switch for switch in SWITCHES if is_switched_off(switch))
     for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
@@ -171,7 +181,11 @@ def stall_if_armed(point: str) -> None:
         os.kill(jvm, signal.SIGSTOP)
     log.warning("fault injection: %s, attempt stalled in pid %d%s", point, os.getpid(),
                 f", executor JVM {jvm} stopped" if jvm else "")
-    _report(_report_path(marker, "stalled", params.get("report_dir")), {"pid": os.getpid(), "jvm": jvm, **_task()})
+    task = _task()
+    report_dir = params.get("report_dir")
+    if params.get("per_query"):
+        marker = marker.with_name(f"{point}.query-{task.get('query')}")
+    _report(_report_path(marker, "stalled", report_dir), {"pid": os.getpid(), "jvm": jvm, **task})
     _wait_for_resume(params)
     if jvm is not None:
         try:
@@ -179,7 +193,7 @@ def stall_if_armed(point: str) -> None:
         except ProcessLookupError:
             pass  # the cluster manager killed the lost executor meanwhile
     log.warning("fault injection: %s, attempt in pid %d resumes", point, os.getpid())
-    _report(_report_path(marker, "resumed", params.get("report_dir")), {"pid": os.getpid(), **_task()})
+    _report(_report_path(marker, "resumed", report_dir), {"pid": os.getpid(), **task})
 
 
 def _gather(point: str, count: int) -> None:
@@ -200,6 +214,8 @@ def _claim(point: str) -> dict | None:
         return None
     task = _task()
     if any(key in params and params[key] != task.get(key) for key in ("partition", "attempt")):
+        return None
+    if "from_batch" in params and int(task.get("batch") or -1) < params["from_batch"]:
         return None
     if params.get("per_query"):
         return params if _first(marker, task.get("query")) else None

@@ -23,6 +23,15 @@ log = logging.getLogger(__name__)
 
 LOCAL = "local[2]"
 LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+# For tests of lost executors: the driver declares a silent executor lost after 8 s (Spark's
+# default is 120 s), and a shuffle or broadcast fetch from a stopped executor, which accepts the
+# connection and answers nothing, gives up after 10 s (120 s by default) and goes elsewhere.
+FAST_EXECUTOR_LOSS = {
+    "spark.executor.heartbeatInterval": "1s",
+    "spark.storage.blockManagerHeartbeatTimeoutMs": "8000",
+    "spark.network.timeoutInterval": "1s",
+    "spark.shuffle.io.connectionTimeout": "10s",
+}
 
 
 def _log4j_options() -> str:
