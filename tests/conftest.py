@@ -93,7 +93,8 @@ def kafka(tmp_path_factory) -> KafkaEndpoint:
         logging.getLogger(__name__).info("using external Kafka at %s", external)
         yield KafkaEndpoint(external, None)
         return
-    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path_factory.mktemp("kafka")) as cluster:
+    # With TLS, mutual-TLS and SASL_SSL listeners beside PLAINTEXT (test_secure_clusters).
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path_factory.mktemp("kafka"), secure=True) as cluster:
         yield KafkaEndpoint(cluster.bootstrap_servers, cluster)
 
 

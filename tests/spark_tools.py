@@ -90,9 +90,11 @@ class Pipeline:
         transactions = mixed_transactions(PARTITIONS, first_round + rounds)[first_round:]
         write_transactions(self.bootstrap, self.input, transactions)
 
-    def run(self, spark, transform=None, checkpoint: str | None = None, sink_options: dict | None = None, **options):
+    def run(self, spark, transform=None, checkpoint: str | None = None, sink_options: dict | None = None,
+            servers: str | None = None, **options):
+        """The query, through ``servers`` (another listener of the cluster) if given."""
         options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 9, **options}
-        writer = eos_pipeline(spark, self.bootstrap, self.input, self.output, self.group, transform,
+        writer = eos_pipeline(spark, servers or self.bootstrap, self.input, self.output, self.group, transform,
                               sink_options, **options)
         return run_to_end(writer, checkpoint or self.checkpoint)
 

@@ -14,7 +14,8 @@ How a page runs, in order of its blocks:
   transaction a reader must skip), ``topics TOPIC/PARTITIONS``, ``refill TOPIC`` (that many
   records more before each block that runs spark-submit), ``exactly-once IN -> OUT GROUP [upper]``
   (after the page, a plain read_committed consumer finds each input value, transformed, once), ``broker secured`` (a broker of
-  its own with SASL/PLAIN and ACL authorization) and ``python runtime`` (bash blocks get a fresh
+  its own with ACL authorization and SASL_SSL, TLS and mutual-TLS listeners; the names the page
+  assumes for them, and ``KAFKA_CA_FILE`` for bash blocks) and ``python runtime`` (bash blocks get a fresh
   virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH)
   and ``connect`` (a Spark Connect server for the page, its URL in ``SPARK_REMOTE`` for bash blocks).
 
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos import errors
-from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, free_ports, kafka_tool_command
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, kafka_tool_command
 from pyspark_eos.sink.options import SINK_OPTIONS
 from pyspark_eos.source.options import SOURCE_OPTIONS
 from pyspark_eos.testing.local_spark import local_connect_server
@@ -150,45 +151,45 @@ def test_the_page_runs(path, kafka, spark, tmp_path, monkeypatch):
 class Broker:
     bootstrap_servers: str      # what the page's examples connect to
     admin_bootstrap: str        # where the test prepares and checks topics
-    client_config: dict
+    names: dict = field(default_factory=dict)  # more names the page's python blocks assume
+    env: dict = field(default_factory=dict)  # and its bash blocks
 
 
 class page_broker:
-    """The session's broker, or for ``broker secured`` one of its own with a SASL listener."""
+    """The session's broker, or for ``broker secured`` one of its own with ACL authorization and
+    TLS listeners (secure_listeners): the examples connect over SASL_SSL, TLS and mutual TLS."""
 
     def __init__(self, page: Page, shared: str, tmp_path: Path):
         self.page, self.shared, self.tmp_path, self.cluster = page, shared, tmp_path, None
 
     def __enter__(self) -> Broker:
         if not self.page.wants("broker"):
-            return Broker(self.shared, self.shared, {})
-        (sasl_port,) = free_ports(1)
-        self.cluster = EmbeddedKafkaCluster(nodes=1, directory=self.tmp_path / "kafka",
-                                            overrides=secured_overrides(sasl_port)).start()
-        secured = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                   "sasl.username": PIPELINE_USER, "sasl.password": PIPELINE_PASSWORD}
-        return Broker(f"127.0.0.1:{sasl_port}", self.cluster.bootstrap_servers, secured)
+            return Broker(self.shared, self.shared)
+        self.cluster = EmbeddedKafkaCluster(nodes=1, directory=self.tmp_path / "kafka", overrides=SECURED_OVERRIDES,
+                                            secure=True).start()
+        tls = self.cluster.tls
+        names = {"ca_file": str(tls.ca), "client_certificate": str(tls.client.certificate),
+                 "client_key": str(tls.client.key), "tls_bootstrap_servers": self.cluster.listener("TLS"),
+                 "mtls_bootstrap_servers": self.cluster.listener("MTLS")}
+        return Broker(self.cluster.listener("SASL_SSL"), self.cluster.bootstrap_servers, names,
+                      {"KAFKA_CA_FILE": str(tls.ca)})
 
     def __exit__(self, *exc_info) -> None:
         if self.cluster is not None:
             self.cluster.stop()
 
 
-def secured_overrides(sasl_port: int) -> dict[str, str]:
-    # The plaintext listener stays for the brokers' own traffic and the test's set-up, as a super
-    # user; the examples connect through SASL/PLAIN as users whose rights are only their ACLs.
-    users = " ".join(f'user_{u}="{p}"' for u, p in ((PIPELINE_USER, PIPELINE_PASSWORD), (ADMIN_USER, ADMIN_PASSWORD)))
-    return {
-        "listeners": f"PLAINTEXT://127.0.0.1:${{broker_port}},CONTROLLER://127.0.0.1:${{controller_port}},"
-                     f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:${{broker_port}},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": f"User:ANONYMOUS;User:{ADMIN_USER}",
-    }
+# The plaintext listener stays for the brokers' own traffic and the test's set-up, as a super user;
+# the examples connect through SASL_SSL as users whose rights are only their ACLs, and through
+# mutual TLS as the client certificate's subject.
+SECURED_OVERRIDES = {
+    "listener.name.sasl_ssl.plain.sasl.jaas.config":
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(f'user_{u}="{p}"' for u, p in ((PIPELINE_USER, PIPELINE_PASSWORD), (ADMIN_USER, ADMIN_PASSWORD)))
+        + ";",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": f"User:ANONYMOUS;User:{ADMIN_USER}",
+}
 
 
 # ------------------------------------------------------------------------------------ a page
@@ -199,7 +200,7 @@ class PageRunner:
         self.workdir = tmp_path / "work"
         self.checkpoints = tmp_path / "checkpoints"
         self.namespace = {"spark": spark, "bootstrap_servers": broker.bootstrap_servers,
-                          "checkpoints": str(self.checkpoints)}
+                          "checkpoints": str(self.checkpoints), **broker.names}
         self.inputs = {name: (int(partitions), int(records))
                        for name, partitions, records in (spec[0].split("/") for spec in page.wants("input"))}
         self.partitions = {name: int(partitions) for name, partitions in (spec[0].split("/") for spec in page.wants("topics"))}
@@ -271,7 +272,7 @@ class PageRunner:
     def _bash_env(self, tmp_path: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV")}
         env.update(KAFKA_BOOTSTRAP_SERVERS=self.broker.bootstrap_servers, CHECKPOINTS=str(self.checkpoints),
-                   TMPDIR=str(tmp_path))
+                   TMPDIR=str(tmp_path), **self.broker.env)
         tools = tmp_path / "bin"
         tools.mkdir()
         kafka_tool_script(tools / "kafka-acls.sh", "org.apache.kafka.tools.AclCommand")

@@ -16,8 +16,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from ..errors import ConfigurationError, KafkaClientError
-from .options import local_files_refused
 from .backoff import error_code
+from .handshake_refusals import HandshakeRefusals, refusal_error
+from .options import local_files_refused
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +58,43 @@ def connected(producer, servers: str, timeout_s: float, topic: str | None = None
     return producer
 
 
+# A first contact asks again in slices this long, serving the client's error_cb in between: a TLS
+# handshake or SASL authentication that failed ends it at once (handshake_refusals).
+_CONTACT_SLICE_S = 0.5
+
+
+def contact_admin(kafka_params: Mapping[str, str], servers: str) -> tuple[AdminClient, HandshakeRefusals]:
+    """An AdminClient for a first contact, and what it reports of refused connections."""
+    refusals = HandshakeRefusals()
+    return AdminClient({**kafka_params, "bootstrap.servers": servers, "error_cb": refusals}), refusals
+
+
 def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str | None = None,
-                  bound_by: str = "option connectTimeoutMs") -> ClusterMetadata:
+                  bound_by: str = "option connectTimeoutMs", refusals: HandshakeRefusals | None = None,
+                  kafka_params: Mapping[str, str] | None = None) -> ClusterMetadata:
     """``list_topics`` as a query's (or a command's) first request to the cluster: when no broker
-    answers within ``timeout_s``, the error says so, what set that bound, and what to check."""
-    try:
-        return list_topics(admin, servers, timeout_s, topic)
-    except KafkaClientError as error:
-        if error_code(error.__cause__) in UNREACHABLE_CODES:
-            raise unreachable_error(servers, timeout_s, bound_by) from error.__cause__
-        raise
+    answers within ``timeout_s``, the error says so, what set that bound, and what to check; with
+    ``refusals`` (``contact_admin``), a refused handshake fails it at once, saying why."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return list_topics(admin, servers, max(min(left, _CONTACT_SLICE_S), 0.01) if refusals else left, topic)
+        except KafkaClientError as error:
+            if error_code(error.__cause__) not in UNREACHABLE_CODES:
+                raise
+            if refusals is not None:
+                admin.poll(0)  # serves error_cb
+                if refusals.first is not None:
+                    raise refusal_error(refusals.first, servers, kafka_params or {}) from error.__cause__
+            if refusals is None or time.monotonic() >= deadline:
+                raise unreachable_error(servers, timeout_s, bound_by) from error.__cause__
 
 
 def reachable_admin(kafka_params: Mapping[str, str], servers: str, timeout_s: float) -> AdminClient:
     """An AdminClient whose first request has shown that a broker answers."""
-    admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
-    first_contact(admin, servers, timeout_s)
+    admin, refusals = contact_admin(kafka_params, servers)
+    first_contact(admin, servers, timeout_s, refusals=refusals, kafka_params=kafka_params)
     return admin
 
 
@@ -121,14 +143,14 @@ def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | Non
     try:
         # With the sink's own settings: the request creates the topic exactly where its producers
         # would (allow.auto.create.topics, true for producers, and the broker's auto.create.topics.enable).
-        admin = AdminClient({**kafka_params, "bootstrap.servers": servers})
+        admin, refusals = contact_admin(kafka_params, servers)
     except KafkaException as error:
         if not local_files_refused(error.args[0].str(), kafka_params):
             raise
         log.warning("the sink's cluster and topic are not checked on the driver: %s (the executors' clients "
                     "will use those files)", error.args[0].str())
         return
-    metadata = first_contact(admin, servers, timeout_s, topic)
+    metadata = first_contact(admin, servers, timeout_s, topic, refusals=refusals, kafka_params=kafka_params)
     if topic is not None:
         if unknown_topic(metadata, topic):
             metadata = settled_metadata(lambda: list_topics(admin, servers, timeout_s, topic), topic)

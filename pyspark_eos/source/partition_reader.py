@@ -189,8 +189,11 @@ def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSet
                 positions[key] = offset + 1
             elif key in positions:
                 positions[key] = _at_error(consumer, message, ranges[key], positions[key], settings)
-            else:  # a client-level error, of no partition
+            elif message.error().code() != KafkaError.GROUP_AUTHORIZATION_FAILED:  # a client-level error
                 raise KafkaClientError(f"reading {', '.join(map(str, ranges.values()))} failed: {message.error()}")
+            # else: librdkafka looks up the coordinator of the group.id a consumer must have, though
+            # this one only fetches (no join, no offsets, no commit): a principal with READ on the
+            # topics alone is refused that lookup, which reading does not need.
         for key, position in _positions(consumer, unfinished).items():
             positions[key] = max(positions[key], position)
         _pause_finished(consumer, ranges, positions, unfinished)

@@ -28,11 +28,13 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from .certificates import TlsFiles, make_tls_files
 from .maven_jars import KAFKA_BROKER, kafka_version
+from .secure_listeners import SECURE_LISTENERS, secure_settings
 from ..errors import EmbeddedKafkaError
 from .project_files import conf_file
 
@@ -51,6 +53,8 @@ class NodeSpec:
     broker_port: int
     controller_port: int
     directory: str
+    # The secured listeners' ports by listener name (secure_listeners), when the cluster has them.
+    listener_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -138,6 +142,7 @@ class EmbeddedKafkaCluster:
         overrides: Mapping[str, object] | None = None,
         heap: str = DEFAULT_HEAP,
         tie_to_parent: bool = True,
+        secure: bool = False,
     ):
         if nodes < 1:
             raise EmbeddedKafkaError(f"a cluster needs at least one node, got nodes={nodes}")
@@ -146,6 +151,10 @@ class EmbeddedKafkaCluster:
         self.overrides = dict(overrides or {})
         self.heap = heap
         self.tie_to_parent = tie_to_parent
+        # Besides PLAINTEXT: TLS, mutual TLS and SASL_SSL listeners, and two with broken
+        # certificates, with certificates made at start (secure_listeners).
+        self.secure = secure
+        self.tls: TlsFiles | None = None
         self.nodes: list[NodeSpec] = []
         self.pids: dict[int, int] = {}
         self._processes: dict[int, subprocess.Popen] = {}
@@ -154,11 +163,15 @@ class EmbeddedKafkaCluster:
 
     def start(self, timeout: float = 120.0) -> "EmbeddedKafkaCluster":
         classpath = KAFKA_BROKER.classpath()
-        ports = free_ports(2 * self.node_count)
+        per_node = 2 + (len(SECURE_LISTENERS) if self.secure else 0)
+        ports = free_ports(per_node * self.node_count)
         self.nodes = [
-            NodeSpec(i + 1, ports[2 * i], ports[2 * i + 1], str(self.directory / f"node-{i + 1}"))
+            NodeSpec(i + 1, ports[per_node * i], ports[per_node * i + 1], str(self.directory / f"node-{i + 1}"),
+                     dict(zip(SECURE_LISTENERS, ports[per_node * i + 2:per_node * (i + 1)])))
             for i in range(self.node_count)
         ]
+        if self.secure:
+            self.tls = make_tls_files(self.directory / "tls")
         log.info("starting a %d-node Apache Kafka %s cluster in %s",
                  self.node_count, kafka_version(), self.directory)
         cluster_id = random_cluster_id()
@@ -229,6 +242,12 @@ class EmbeddedKafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{node.broker_port}" for node in self.nodes)
+
+    def listener(self, name: str) -> str:
+        """The bootstrap servers of a secured listener (one of SECURE_LISTENERS)."""
+        if not self.secure:
+            raise EmbeddedKafkaError("this cluster has no secured listeners: start it with secure=True")
+        return ",".join(f"127.0.0.1:{node.listener_ports[name]}" for node in self.nodes)
 
     def node(self, node_id: int) -> NodeSpec:
         for node in self.nodes:
@@ -325,6 +344,8 @@ class EmbeddedKafkaCluster:
         }
         template = string.Template(conf_file("server.properties").read_text())
         text = template.substitute(values)
+        if self.secure:
+            text += secure_settings(node.broker_port, node.controller_port, node.listener_ports, self.tls)
         # Overrides may name the node's own ports and directories, e.g. to add a listener.
         text += "".join(f"{key}={string.Template(str(value)).safe_substitute(values)}\n"
                         for key, value in self.overrides.items())

@@ -1,0 +1,53 @@
+"""The embedded cluster's secured listeners, beside PLAINTEXT (which the brokers and controllers
+keep among themselves): what managed clusters offer, and two that must be refused.
+
+- ``TLS``: server-authenticated TLS (Amazon MSK's TLS port).
+- ``MTLS``: TLS with ``ssl.client.auth=required`` (Aiven, Strimzi).
+- ``SASL_SSL``: SASL PLAIN over TLS (Confluent Cloud), users in ``SASL_USERS``.
+- ``EXPIRED``, ``WRONG_HOST``: TLS whose certificate expired, or names another host.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from .certificates import TlsFiles
+
+SECURE_LISTENERS = ("TLS", "MTLS", "SASL_SSL", "EXPIRED", "WRONG_HOST")
+SASL_USERS = {"eos": "eos-secret"}
+_PROTOCOLS = {"TLS": "SSL", "MTLS": "SSL", "SASL_SSL": "SASL_SSL", "EXPIRED": "SSL", "WRONG_HOST": "SSL"}
+
+
+def secure_settings(broker_port: int, controller_port: int, ports: Mapping[str, int], tls: TlsFiles) -> str:
+    """server.properties lines that add the secured listeners to a node (appended: they win)."""
+    secured = [f"{name}://127.0.0.1:{ports[name]}" for name in SECURE_LISTENERS]
+    plaintext = f"PLAINTEXT://127.0.0.1:{broker_port}"
+    users = " ".join(f'user_{user}="{password}"' for user, password in SASL_USERS.items())
+    settings = {
+        "listeners": ",".join([plaintext, f"CONTROLLER://127.0.0.1:{controller_port}", *secured]),
+        "advertised.listeners": ",".join([plaintext, *secured]),
+        "listener.security.protocol.map": ",".join(
+            ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT", *(f"{n}:{p}" for n, p in _PROTOCOLS.items())]),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": tls.broker.keystore,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": tls.ca,
+        "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.expired.ssl.keystore.location": tls.expired.keystore,
+        "listener.name.wrong_host.ssl.keystore.location": tls.wrong_host.keystore,
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+    }
+    return "# secured listeners (secure_listeners.py)\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+def client_settings(tls: TlsFiles, listener: str) -> dict[str, str]:
+    """librdkafka settings of a client that the listener accepts (without ``kafka.``)."""
+    settings = {"security.protocol": _PROTOCOLS[listener], "ssl.ca.location": str(tls.ca)}
+    if listener == "MTLS":
+        settings.update({"ssl.certificate.location": str(tls.client.certificate),
+                         "ssl.key.location": str(tls.client.key)})
+    if listener == "SASL_SSL":
+        user, password = next(iter(SASL_USERS.items()))
+        settings.update({"sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
+    return settings
