@@ -102,3 +102,14 @@ def test_the_exactly_once_pipeline_over_mutual_tls_with_a_worker_killed_before_i
                         *config)
     assert "no transaction" in lingering.stdout, lingering.stdout
 
+
+
+def test_a_key_file_missing_on_a_host_fails_naming_the_file_and_the_host(secure, spark, tmp_path):
+    # A file shipped to the executors only is missing on the driver, which appends the write's plan
+    # record: the driver needs the files as much as the executors do.
+    missing = tmp_path / "shipped-elsewhere" / "client.key"
+    options = {**kafka_options(secure, "MTLS"), "kafka.ssl.key.location": str(missing)}
+    frame = spark.createDataFrame([("k", "v")], "key string, value string")
+    with pytest.raises(Exception) as raised:
+        frame.write.format("eos-kafka").mode("append").options(**options, topic="no-matter").save()
+    assert f"the file of kafka.ssl.key.location ({missing}) does not exist on host" in str(raised.value)

@@ -8,6 +8,7 @@ from confluent_kafka import KafkaException, Producer
 
 from ..errors import KafkaClientError
 from .cluster import connected
+from .options import files_explained
 
 log = logging.getLogger(__name__)
 
@@ -19,12 +20,13 @@ def init_transactional_producer(bootstrap_servers: str, kafka_params: dict[str, 
     """A producer for ``transactional_id`` after init_transactions: whatever held the id before
     (a dead predecessor, or an older attempt being fenced) has its open transaction aborted and
     can no longer send offsets or commit."""
-    producer = Producer({
-        **kafka_params,
-        "bootstrap.servers": bootstrap_servers,
-        "transactional.id": transactional_id,
-        "transaction.timeout.ms": transaction_timeout_ms,
-    })
+    with files_explained(kafka_params):
+        producer = Producer({
+            **kafka_params,
+            "bootstrap.servers": bootstrap_servers,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms,
+        })
     try:
         # Every topic's metadata: the records' topics are not known yet, and asking for one the
         # cluster lacks could create it (a producer's metadata requests allow auto-creation).

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from ..errors import ConfigurationError, KafkaClientError
 from .backoff import error_code
 from .handshake_refusals import HandshakeRefusals, refusal_error
-from .options import local_files_refused
+from .options import files_explained, local_files_refused
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str
 
 def reachable_admin(kafka_params: Mapping[str, str], servers: str, timeout_s: float) -> AdminClient:
     """An AdminClient whose first request has shown that a broker answers."""
-    admin, refusals = contact_admin(kafka_params, servers)
+    with files_explained(kafka_params):
+        admin, refusals = contact_admin(kafka_params, servers)
     first_contact(admin, servers, timeout_s, refusals=refusals, kafka_params=kafka_params)
     return admin
 

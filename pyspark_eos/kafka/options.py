@@ -8,12 +8,15 @@ follow Spark's own Kafka connector wherever one applies, so a query can move bet
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import re
-from typing import Mapping
+import socket
+from typing import Iterator, Mapping
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, KafkaClientError
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,28 @@ def _check_client_settings(params: tuple[tuple[str, str], ...], role: str) -> No
 def local_files_refused(error_text: str, params: Mapping[str, str]) -> bool:
     """Whether librdkafka refused a client because of a file or plugin named by a setting."""
     return any(name in error_text for name in params if name.endswith(".location") or name == "plugin.library.paths")
+
+
+@contextlib.contextmanager
+def files_explained(params: Mapping[str, str]) -> Iterator[None]:
+    """Around building a Kafka client: librdkafka's refusal of a file a setting names (OpenSSL's
+    "system lib" for a missing key) becomes an error naming the file, this host, and what to do."""
+    from confluent_kafka import KafkaException
+
+    try:
+        yield
+    except KafkaException as error:
+        text = error.args[0].str() if hasattr(error.args[0], "str") else str(error)
+        named = [(name, value) for name, value in params.items() if name.endswith(".location") and name in text]
+        if not named:
+            raise
+        name, value = named[0]
+        state = ("does not exist" if not os.path.exists(value) else "cannot be read" if not os.access(value, os.R_OK)
+                 else "is not a certificate or key librdkafka can use")
+        raise KafkaClientError(
+            f"the file of kafka.{name} ({value}) {state} on host {socket.gethostname()} ({text}): every process "
+            "that builds a Kafka client reads it there, the driver and each executor: put it at that path on every "
+            "host, the driver's included") from None
 
 
 def check_group_id(group_id: str | None) -> None:

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from ..errors import KafkaClientError
 from ..kafka.cluster import contact_admin, first_contact
 from ..kafka.group_offsets import fetch_committed_once
+from ..kafka.options import files_explained
 from ..protocol.commit_metadata import stored_metadata
 from . import coordinator_records as records
 
@@ -97,7 +98,8 @@ class ClusterAccess:
 
 def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eos-kafka",
            topics: tuple[str, ...] = ()) -> GroupStatus:
-    admin, refusals = contact_admin(access.config, access.bootstrap_servers)
+    with files_explained(access.config):
+        admin, refusals = contact_admin(access.config, access.bootstrap_servers)
     first_contact(admin, access.bootstrap_servers, access.connect_timeout_s, bound_by="--connect-timeout",
                   refusals=refusals, kafka_params=access.config)
     description = _describe_group(admin, group, access)

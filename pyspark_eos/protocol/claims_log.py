@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..errors import KafkaClientError, StaleAttemptError
 from ..kafka.clients import close_client
 from ..kafka.cluster import connected
+from ..kafka.options import files_explained
 from .claims_records import Claim, parse_record, plan_value, stamp_value
 from .group_stamp import GroupStamp
 
@@ -139,7 +140,9 @@ def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], to
     # create a topic it does not have (allow.auto.create.topics): on a cluster that auto-creates,
     # the lookup would make the claims topic with the broker's defaults (replication 1, perhaps
     # several partitions) before create_topics below could make it as the protocol needs.
-    admin = AdminClient({**kafka_params, "bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": "false"})
+    with files_explained(kafka_params):
+        admin = AdminClient({**kafka_params, "bootstrap.servers": bootstrap_servers,
+                             "allow.auto.create.topics": "false"})
     metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
     if topic in metadata.topics and metadata.topics[topic].error is None:
         return
@@ -176,8 +179,9 @@ def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Pro
     and transactional id), and claims are taken by attempt, releases as a set. One request in
     flight keeps each producer's appends in the order they were made (a release after its claim).
     """
-    return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
-                     "enable.idempotence": False, "max.in.flight.requests.per.connection": 1, "linger.ms": 0})
+    with files_explained(kafka_params):
+        return Producer({**kafka_params, "bootstrap.servers": bootstrap_servers, "acks": "all",
+                         "enable.idempotence": False, "max.in.flight.requests.per.connection": 1, "linger.ms": 0})
 
 
 def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:

@@ -16,6 +16,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ..errors import DataLossError, KafkaClientError
+from ..kafka.options import files_explained
 from ..kafka.schema import arrow_schema
 from ..protocol.offset_range import OffsetRange
 
@@ -115,7 +116,8 @@ def read_ranges(ranges: tuple[OffsetRange, ...], settings: ReaderSettings) -> It
     before its first record, and a task reads several small partitions (input_partition).
     """
     todo = {r.key: r for r in ranges if r.start < r.end}
-    consumer = Consumer(_with_prefetch(settings.consumer_config, todo.values()))
+    with files_explained(settings.consumer_config):
+        consumer = Consumer(_with_prefetch(settings.consumer_config, todo.values()))
     try:
         if todo:
             consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo.values()])
