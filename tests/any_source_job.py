@@ -1,10 +1,14 @@
-"""A driver of its own for tests that kill the driver: a query from a file or rate source into
-eos-kafka without kafka.group.id (the sink's progress records), run with Trigger.AvailableNow.
+"""A driver of its own for tests that kill the driver: queries from a file or rate source into
+eos-kafka without kafka.group.id (the sink's progress records), side by side, each run with
+Trigger.AvailableNow.
 
-Usage: python any_source_job.py BOOTSTRAP SOURCE TOPIC CHECKPOINT PREFIX [arm]
-SOURCE: a directory of JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), or
-"random:DIRECTORY" (the files repartitioned by rand(): a non-deterministic plan).
+Usage: python any_source_job.py BOOTSTRAP QUERIES_JSON [arm]
+QUERIES_JSON: a list of {"source", "topic", "checkpoint", "prefix"}; a source is a directory of
+JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), or "random:DIRECTORY" (the
+files repartitioned by rand(): a non-deterministic plan). With "arm", the driver dies once every
+query has committed a batch in Kafka, before Spark's commit log.
 """
+import json
 import sys
 
 from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
@@ -36,14 +40,17 @@ def eos_writer(frame, bootstrap: str, topic: str, prefix: str, checkpoint: str, 
     return writer.trigger(availableNow=True)
 
 
-def main(bootstrap: str, source: str, topic: str, checkpoint: str, prefix: str, *extra: str) -> None:
+def main(bootstrap: str, queries: str, *extra: str) -> None:
+    specs = json.loads(queries)
     spark = local_spark_session("local[2]", app_name="eos-kafka any-source job")
     if "arm" in extra:
         for directory in executor_local_dirs(spark):
-            arm(DRIVER_AFTER_KAFKA_COMMIT, directory)
-    query = eos_writer(input_frame(spark, source), bootstrap, topic, prefix, checkpoint).start()
-    query.awaitTermination()
-    print("finished", query.id)
+            arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
+    started = [eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"],
+                          spec["checkpoint"]).start() for spec in specs]
+    for query in started:
+        query.awaitTermination()
+    print("finished", [query.id for query in started])
     spark.stop()
 
 

@@ -31,7 +31,7 @@ class FileCopy:
     def __init__(self, kafka, tmp_path: Path, files: int):
         self.bootstrap = kafka.bootstrap_servers
         self.input = tmp_path / "input"
-        self.input.mkdir()
+        self.input.mkdir(parents=True)
         for number in range(files):
             ids = range(number * PER_FILE, (number + 1) * PER_FILE)
             (self.input / f"part-{number:03d}.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
@@ -44,9 +44,8 @@ class FileCopy:
         frame = input_frame(spark, "rate" if source == "rate" else str(self.input), files_per_batch)
         return eos_writer(frame, self.bootstrap, self.output, self.prefix, self.checkpoint, **sink_options)
 
-    def run_driver(self, source: str, *extra: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, str(JOB), self.bootstrap, source, self.output, self.checkpoint, self.prefix, *extra]
-        return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    def spec(self, source: str) -> dict:
+        return {"source": source, "topic": self.output, "checkpoint": self.checkpoint, "prefix": self.prefix}
 
     def output_ids(self) -> list[int]:
         return [int(record.value) for record in read_committed(self.bootstrap, self.output, partitions=2)]
@@ -97,38 +96,46 @@ def test_a_worker_killed_before_its_commit_loses_and_duplicates_nothing(spark_cl
         assert last_batch == 2
 
 
-@pytest.mark.parametrize("source", ["files", "rate"])
-def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_nothing_twice(kafka, tmp_path,
-                                                                                             source):
-    copy = FileCopy(kafka, tmp_path, files=3)
-    spec = str(copy.input) if source == "files" else "rate"
-    crashed = copy.run_driver(spec, "arm")
-    assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
-    assert copy.batches("offsets") - copy.batches("commits") == {"0"}
-    first = copy.output_ids()
-    assert first, "the crashed batch should have committed its Kafka transactions"
+def run_driver(bootstrap: str, queries: list[dict], *extra: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(JOB), bootstrap, json.dumps(queries), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
-    restarted = copy.run_driver(spec)
+
+def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_nothing_twice(kafka, tmp_path):
+    # A file copy and a rate copy side by side in one driver, which dies once both have committed
+    # their first batch in Kafka.
+    copies = {"files": FileCopy(kafka, tmp_path / "files", files=3), "rate": FileCopy(kafka, tmp_path / "rate", files=0)}
+    specs = [copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate")]
+    crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
+    assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
+    first = {}
+    for source, copy in copies.items():
+        assert copy.batches("offsets") - copy.batches("commits") == {"0"}, source
+        first[source] = copy.output_ids()
+        assert first[source], f"{source}: the crashed batch should have committed its Kafka transactions"
+
+    restarted = run_driver(kafka.bootstrap_servers, specs)
     assert restarted.returncode == 0, restarted.stderr[-4000:]
-    ids = copy.output_ids()
-    if source == "files":
-        assert_each_once(ids, copy.expected)
-    else:
-        assert_whole_rate_batches(ids)
-    assert set(first) <= set(ids)
-    last_batch = max(int(b) for b in copy.batches("commits"))
-    assert set(copy.progress().values()) == {last_batch + 1}
+    for source, copy in copies.items():
+        ids = copy.output_ids()
+        if source == "files":
+            assert_each_once(ids, copy.expected)
+        else:
+            assert_whole_rate_batches(ids)
+        assert set(first[source]) <= set(ids)
+        last_batch = max(int(b) for b in copy.batches("commits"))
+        assert set(copy.progress().values()) == {last_batch + 1}
 
 
 def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(kafka, tmp_path):
     copy = FileCopy(kafka, tmp_path, files=2)
-    source = f"random:{copy.input}"  # repartition(2, rand()): a replay puts records in other tasks
-    crashed = copy.run_driver(source, "arm")
+    specs = [copy.spec(f"random:{copy.input}")]  # repartition(2, rand()): a replay puts records in other tasks
+    crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
     assert crashed.returncode != 0 and "finished" not in crashed.stdout
     first = copy.output_ids()
     assert len(first) == len(set(first)) == PER_FILE  # one file: the batch Spark did not log as done
 
-    restarted = copy.run_driver(source)
+    restarted = run_driver(kafka.bootstrap_servers, specs)
     assert restarted.returncode != 0
     assert "NonDeterministicReplayError" in restarted.stderr and "is not deterministic" in restarted.stderr, \
         restarted.stderr[-4000:]
