@@ -6,7 +6,8 @@ Usage: python any_source_job.py BOOTSTRAP QUERIES_JSON [arm]
 QUERIES_JSON: a list of {"source", "topic", "checkpoint", "prefix"}; a source is a directory of
 JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), or "random:DIRECTORY" (the
 files repartitioned by rand(): a non-deterministic plan). With "arm", the driver dies once every
-query has committed a batch in Kafka, before Spark's commit log.
+query has committed a batch in Kafka, before Spark's commit log. A query that fails lets the
+others run to their end, and the driver then fails with its error.
 """
 import json
 import sys
@@ -48,8 +49,14 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
             arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
     started = [eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"],
                           spec["checkpoint"]).start() for spec in specs]
-    for query in started:
-        query.awaitTermination()
+    failures = []
+    for query in started:  # every query to its end, a failed one's error raised after the others
+        try:
+            query.awaitTermination()
+        except Exception as error:  # noqa: BLE001 - raised below
+            failures.append(error)
+    if failures:
+        raise failures[0]
     print("finished", [query.id for query in started])
     spark.stop()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -101,42 +102,52 @@ def run_driver(bootstrap: str, queries: list[dict], *extra: str) -> subprocess.C
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
-def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_nothing_twice(kafka, tmp_path):
-    # A file copy and a rate copy side by side in one driver, which dies once both have committed
-    # their first batch in Kafka.
-    copies = {"files": FileCopy(kafka, tmp_path / "files", files=3), "rate": FileCopy(kafka, tmp_path / "rate", files=0)}
-    specs = [copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate")]
+@dataclass
+class DriverKill:
+    copies: dict[str, FileCopy]  # by source: "files", "rate", "random"
+    first: dict[str, list[int]]  # each copy's output after the crash
+    restarted: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def driver_kill(kafka, tmp_path_factory) -> DriverKill:
+    """One driver runs a file copy, a rate copy and a copy of the files repartitioned by rand() (a
+    replay puts records in other tasks) side by side, and dies once all three have committed their
+    first batch in Kafka; then it is restarted."""
+    tmp_path = tmp_path_factory.mktemp("driver-kill")
+    copies = {source: FileCopy(kafka, tmp_path / source, files=0 if source == "rate" else 3 if source == "files" else 2)
+              for source in ("files", "rate", "random")}
+    specs = [copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate"),
+             copies["random"].spec(f"random:{copies['random'].input}")]
     crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
     assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
-    first = {}
     for source, copy in copies.items():
         assert copy.batches("offsets") - copy.batches("commits") == {"0"}, source
-        first[source] = copy.output_ids()
-        assert first[source], f"{source}: the crashed batch should have committed its Kafka transactions"
+    first = {source: copy.output_ids() for source, copy in copies.items()}
+    return DriverKill(copies, first, run_driver(kafka.bootstrap_servers, specs))
 
-    restarted = run_driver(kafka.bootstrap_servers, specs)
-    assert restarted.returncode == 0, restarted.stderr[-4000:]
-    for source, copy in copies.items():
+
+# One test process runs both: they share the module's driver runs.
+@pytest.mark.xdist_group("any-source-driver-kill")
+def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_nothing_twice(driver_kill):
+    for source in ("files", "rate"):
+        copy, first = driver_kill.copies[source], driver_kill.first[source]
+        assert first, f"{source}: the crashed batch should have committed its Kafka transactions"
         ids = copy.output_ids()
         if source == "files":
             assert_each_once(ids, copy.expected)
         else:
             assert_whole_rate_batches(ids)
-        assert set(first[source]) <= set(ids)
+        assert set(first) <= set(ids)
         last_batch = max(int(b) for b in copy.batches("commits"))
         assert set(copy.progress().values()) == {last_batch + 1}
 
 
-def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(kafka, tmp_path):
-    copy = FileCopy(kafka, tmp_path, files=2)
-    specs = [copy.spec(f"random:{copy.input}")]  # repartition(2, rand()): a replay puts records in other tasks
-    crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
-    assert crashed.returncode != 0 and "finished" not in crashed.stdout
-    first = copy.output_ids()
+@pytest.mark.xdist_group("any-source-driver-kill")
+def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(driver_kill):
+    copy, first, restarted = driver_kill.copies["random"], driver_kill.first["random"], driver_kill.restarted
     assert len(first) == len(set(first)) == PER_FILE  # one file: the batch Spark did not log as done
-
-    restarted = run_driver(kafka.bootstrap_servers, specs)
-    assert restarted.returncode != 0
+    assert restarted.returncode != 0 and "finished" not in restarted.stdout
     assert "NonDeterministicReplayError" in restarted.stderr and "is not deterministic" in restarted.stderr, \
         restarted.stderr[-4000:]
     assert sorted(copy.output_ids()) == sorted(first)

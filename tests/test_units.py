@@ -103,3 +103,19 @@ def test_a_worker_freezes_its_objects_again_only_after_it_imported_modules(monke
         monkeypatch.setitem(sys.modules, f"module_of_task_{task}", types.ModuleType(f"module_of_task_{task}"))
         worker_gc.freeze_long_lived_objects()
     assert len(freezes) == worker_gc._MOST_FREEZES
+
+
+def test_a_callback_option_names_a_callable_that_pickles_and_compares_by_its_path():
+    import pickle
+
+    from pyspark_eos.kafka.options import kafka_params
+
+    params = kafka_params({"kafka.oauth_cb": " tests.oauth_tokens:unsecured_token ", "kafka.sasl.mechanism": "x"})
+    callback = params["oauth_cb"]
+    assert pickle.loads(pickle.dumps(callback)) == callback and {callback: 1}[callback] == 1
+    token, expiry = callback("sub=eos lifetime=5")
+    assert token.count(".") == 2 and expiry > 0
+    for path, says in [("tokens", "module:function"), ("no_such_module:f", "cannot be imported"),
+                       ("tests.oauth_tokens:missing", "has no callable 'missing'")]:
+        with pytest.raises(ConfigurationError, match=says):
+            kafka_params({"kafka.oauth_cb": path})

@@ -17,6 +17,7 @@ import socket
 from typing import Iterator, Mapping
 
 from ..errors import ConfigurationError, KafkaClientError
+from .callbacks import with_callbacks
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,10 @@ def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]
 # ------------------------------------------------------------------------------- kafka.* params
 
 def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients."""
-    return {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
+    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients; a callback
+    setting (``kafka.oauth_cb``) names a Python callable as module:function (kafka.callbacks)."""
+    return with_callbacks({key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items()
+                           if key.startswith(KAFKA_PREFIX)})
 
 
 def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigurationError, EosKafkaError, KafkaClientError
+from ..kafka.callbacks import with_callbacks
 from .abort_lingering import abort_lingering
 from .status import CONNECT_TIMEOUT_S, ClusterAccess, gather, render
 
@@ -97,4 +98,4 @@ def _client_config(arguments: argparse.Namespace) -> dict[str, str]:
         config[key.strip().removeprefix("kafka.")] = value.strip()
     if "bootstrap.servers" in config:
         raise ConfigurationError("give the cluster's address with --bootstrap-servers, not as a client setting")
-    return config
+    return with_callbacks(config)

@@ -1,0 +1,26 @@
+"""A token provider for kafka.oauth_cb in the tests: unsecured JWTs (alg "none") that the embedded
+broker's OAUTHBEARER listener accepts (secure_listeners). Its configuration string
+(kafka.sasl.oauthbearer.config) holds ``sub=<principal> lifetime=<seconds> log=<file>``; each token
+issued appends "<pid> <issued at>" to the log file, so a test sees who renewed its token."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+
+
+def unsecured_token(config: str):
+    settings = dict(item.split("=", 1) for item in config.split())
+    issued = time.time()
+    expiry = issued + float(settings.get("lifetime", 3600))
+    claims = {"sub": settings.get("sub", "eos"), "iat": int(issued), "exp": int(expiry)}
+    token = f"{_part({'alg': 'none'})}.{_part(claims)}."
+    if "log" in settings:
+        with open(settings["log"], "a") as log:
+            log.write(f"{os.getpid()} {issued:.3f}\n")
+    return token, expiry
+
+
+def _part(content: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(content).encode()).decode().rstrip("=")
