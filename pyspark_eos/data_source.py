@@ -74,7 +74,8 @@ def _sink_options(options, schema: StructType) -> SinkOptions:
     # once per process.
     from .kafka.cluster import check_output
 
-    check_output(parsed.kafka, parsed.bootstrap_servers, parsed.topic, parsed.connect_timeout_ms / 1000)
+    check_output(parsed.kafka, parsed.bootstrap_servers, parsed.topic, parsed.connect_timeout_ms / 1000,
+                 parsed.transaction_timeout_ms)
     return parsed
 
 

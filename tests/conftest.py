@@ -34,7 +34,7 @@ _RUN_LAST = ("spark_local_cluster", "cluster3", "spark_standalone")
 _GROUP_ORDER = ("executors", "cluster3", "benchmarks", None)
 # Then the modules whose tests start Spark applications or environments of their own (a minute
 # each), so that the short tests fill the processes' time at the end.
-_SLOW_MODULES = ("test_docs", "test_distribution", "test_older_pyspark", "test_example_pipeline", "test_any_source",
+_SLOW_MODULES = ("test_docs", "test_distribution", "test_older_pyspark", "test_example_pipeline", "test_driver_kills",
                  "test_second_instance", "test_sink_faults", "test_spark_connect", "test_stateful_pipelines")
 # Long campaigns run before a release (make release-tests), not in every make test: deselected
 # unless a -m expression names them.

@@ -1,13 +1,11 @@
 """Exactly-once into Kafka from sources that are not eos-kafka (sink/task_progress): JSON files and
 the rate source, without kafka.group.id. Each write task commits its own progress (the batch id)
-with its records; a replayed task that already committed writes nothing, a replay whose records
-differ fails, and a stalled attempt of an older batch never commits after its retry did."""
+with its records; a killed worker's retry writes its task once, and a stalled attempt of an older
+batch never commits after its retry did. The driver killed between the Kafka commits and Spark's
+commit log, and a replay whose records differ, are in test_driver_kills.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,11 +16,10 @@ from pyspark_eos.sink.task_progress import group_prefix
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
 
-from .any_source_job import RATE_ROWS_PER_BATCH, eos_writer, input_frame
+from .driver_kill_job import RATE_ROWS_PER_BATCH, eos_writer, input_frame
 from .kafka_tools import committed_offsets, create_topic, read_committed, unique_name
 from .test_zombie_attempts import TRANSACTION_TIMEOUT_MS, Zombie, spark_fast_loss  # noqa: F401 - a fixture
 
-JOB = Path(__file__).resolve().parent / "any_source_job.py"
 PER_FILE = 30
 
 
@@ -95,62 +92,6 @@ def test_a_worker_killed_before_its_commit_loses_and_duplicates_nothing(spark_cl
     assert sorted(copy.progress().values()) == [last_batch + 1] * 2
     if source == "files":
         assert last_batch == 2
-
-
-def run_driver(bootstrap: str, queries: list[dict], *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(JOB), bootstrap, json.dumps(queries), *extra]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
-
-
-@dataclass
-class DriverKill:
-    copies: dict[str, FileCopy]  # by source: "files", "rate", "random"
-    first: dict[str, list[int]]  # each copy's output after the crash
-    restarted: subprocess.CompletedProcess
-
-
-@pytest.fixture(scope="module")
-def driver_kill(kafka, tmp_path_factory) -> DriverKill:
-    """One driver runs a file copy, a rate copy and a copy of the files repartitioned by rand() (a
-    replay puts records in other tasks) side by side, and dies once all three have committed their
-    first batch in Kafka; then it is restarted."""
-    tmp_path = tmp_path_factory.mktemp("driver-kill")
-    copies = {source: FileCopy(kafka, tmp_path / source, files=0 if source == "rate" else 3 if source == "files" else 2)
-              for source in ("files", "rate", "random")}
-    specs = [copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate"),
-             copies["random"].spec(f"random:{copies['random'].input}")]
-    crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
-    assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
-    for source, copy in copies.items():
-        assert copy.batches("offsets") - copy.batches("commits") == {"0"}, source
-    first = {source: copy.output_ids() for source, copy in copies.items()}
-    return DriverKill(copies, first, run_driver(kafka.bootstrap_servers, specs))
-
-
-# One test process runs both: they share the module's driver runs.
-@pytest.mark.xdist_group("any-source-driver-kill")
-def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_nothing_twice(driver_kill):
-    for source in ("files", "rate"):
-        copy, first = driver_kill.copies[source], driver_kill.first[source]
-        assert first, f"{source}: the crashed batch should have committed its Kafka transactions"
-        ids = copy.output_ids()
-        if source == "files":
-            assert_each_once(ids, copy.expected)
-        else:
-            assert_whole_rate_batches(ids)
-        assert set(first) <= set(ids)
-        last_batch = max(int(b) for b in copy.batches("commits"))
-        assert set(copy.progress().values()) == {last_batch + 1}
-
-
-@pytest.mark.xdist_group("any-source-driver-kill")
-def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(driver_kill):
-    copy, first, restarted = driver_kill.copies["random"], driver_kill.first["random"], driver_kill.restarted
-    assert len(first) == len(set(first)) == PER_FILE  # one file: the batch Spark did not log as done
-    assert restarted.returncode != 0 and "finished" not in restarted.stdout
-    assert "NonDeterministicReplayError" in restarted.stderr and "is not deterministic" in restarted.stderr, \
-        restarted.stderr[-4000:]
-    assert sorted(copy.output_ids()) == sorted(first)
 
 
 def _run_with_zombie(spark, kafka, tmp_path, fencing: bool) -> FileCopy:

@@ -157,3 +157,14 @@ def test_a_topic_is_looked_up_once_per_process(kafka, monkeypatch):
     assert len(made) == 1
     with pytest.raises(ConfigurationError, match=topic_is_missing("nope", kafka.bootstrap_servers)):
         cluster.check_output({}, kafka.bootstrap_servers, "nope", 30)
+
+
+def test_a_transaction_timeout_above_the_brokers_maximum_fails_the_write_before_any_task(spark, kafka):
+    topic, prefix = create_topic(kafka.bootstrap_servers, unique_name("txn-timeout")), unique_name("txn-timeout")
+    frame = spark.createDataFrame([("k", "v")], "key string, value string")
+    with pytest.raises(Exception, match=r"option kafka.transaction.timeout.ms=3600000 is above the brokers' "
+                                        r"transaction.max.timeout.ms \(900000\)"):
+        frame.write.format("eos-kafka").mode("append").options(**{
+            "kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic, "transactionalIdPrefix": prefix,
+            "kafka.transaction.timeout.ms": "3600000"}).save()
+    assert transactional_ids(kafka.bootstrap_servers, prefix) == set()  # no task's producer was made

@@ -1,4 +1,5 @@
-"""Exactly-once under crashes: a worker, an executor or the driver killed with SIGKILL.
+"""Exactly-once under crashes: a worker or an executor killed with SIGKILL (the driver: in
+test_driver_kills.py).
 
 No switch turns off what these rest on. A worker or executor killed with its offsets sent and the
 commit not asked for is covered by Kafka's transaction itself (the dead attempt's records and
@@ -6,15 +7,10 @@ offsets are never committed; the retry's init_transactions on the same id, or th
 aborts them) and by the retry's stable read, which waits for that abort (G5: broken, it reads the
 offsets before the batch, and test_group_offsets.py's query test fails). A driver killed between
 the Kafka commit and Spark's commit log is covered by the replay check (a replayed task finds its
-range committed and writes nothing): broken, the replayed batch is written twice here, and the
-after-commit zombie in test_zombie_attempts.py and the any-source driver kill in
-test_any_source.py fail too.
+range committed and writes nothing): broken, the replayed batches of test_driver_kills.py are
+written twice, and the after-commit zombie in test_zombie_attempts.py fails too.
 """
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +19,6 @@ from pyspark_eos.testing.fault_injection import EXECUTOR_BEFORE_COMMIT, WORKER_B
 from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .spark_tools import Pipeline
-
-DRIVER_JOB = Path(__file__).resolve().parent / "driver_job.py"
 
 # The broker aborts a dead writer's transaction after this long; the retry waits for it (G5).
 FAST_TIMEOUT = {"kafka.transaction.timeout.ms": 10000}
@@ -40,28 +34,6 @@ def test_a_crash_after_sending_offsets_and_before_commit_loses_and_duplicates_no
     marker = arm(point, local_dirs[0])
     pipeline.run(spark_cluster, sink_options=FAST_TIMEOUT, stableOffsetsTimeoutMs=60000)
     assert not marker.exists(), "the armed crash did not happen"
-    pipeline.assert_exactly_once()
-
-
-def run_driver(pipeline: Pipeline, *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(DRIVER_JOB), pipeline.bootstrap, pipeline.input, pipeline.output,
-               pipeline.group, pipeline.checkpoint, *extra]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
-
-
-def test_a_driver_killed_between_the_kafka_commit_and_sparks_commit_log_replays_without_duplicates(kafka, tmp_path):
-    pipeline = Pipeline(kafka, tmp_path)
-    crashed = run_driver(pipeline, "arm")
-    assert crashed.returncode != 0 and "finished" not in crashed.stdout
-    # The batch is in Kafka (output and offsets) but not in Spark's commit log.
-    offsets_log = {p.name for p in (Path(pipeline.checkpoint) / "offsets").iterdir() if p.name.isdigit()}
-    commit_log = {p.name for p in (Path(pipeline.checkpoint) / "commits").iterdir() if p.name.isdigit()}
-    assert offsets_log - commit_log == {"0"}
-    first_batch = pipeline.output_values()
-    assert first_batch, "the crashed batch should have committed its Kafka transactions"
-
-    restarted = run_driver(pipeline)
-    assert restarted.returncode == 0, restarted.stderr[-4000:]
     pipeline.assert_exactly_once()
 
 

@@ -13,7 +13,7 @@ import time
 from typing import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource
 
 from ..errors import ConfigurationError, KafkaClientError
 from .backoff import error_code
@@ -135,10 +135,12 @@ def settled_metadata(look_up: Callable[[], ClusterMetadata | None], topic: str) 
 _checked_outputs: set[tuple] = set()
 
 
-def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | None, timeout_s: float) -> None:
-    """Fail, naming the fix, when no broker answers at ``servers`` or the sink's ``topic`` option
-    names a topic that does not exist (None: records name their topics; only the cluster is checked)."""
-    key = (servers, topic, tuple(sorted(kafka_params.items())))
+def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | None, timeout_s: float,
+                 transaction_timeout_ms: int | None = None) -> None:
+    """Fail, naming the fix, when no broker answers at ``servers``, the sink's ``topic`` option
+    names a topic that does not exist (None: records name their topics; only the cluster is checked),
+    or the sink's transactions (``transaction_timeout_ms``; None: none) would be refused their timeout."""
+    key = (servers, topic, tuple(sorted(kafka_params.items())), transaction_timeout_ms)
     if key in _checked_outputs:
         return
     try:
@@ -156,7 +158,27 @@ def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | Non
         if unknown_topic(metadata, topic):
             metadata = settled_metadata(lambda: list_topics(admin, servers, timeout_s, topic), topic)
         _require_topic(metadata, servers, topic)
+    if transaction_timeout_ms is not None:
+        _check_transaction_timeout(admin, servers, metadata, transaction_timeout_ms, timeout_s)
     _checked_outputs.add(key)
+
+
+def _check_transaction_timeout(admin: AdminClient, servers: str, metadata: ClusterMetadata, timeout_ms: int,
+                               request_timeout_s: float) -> None:
+    """A producer whose transaction.timeout.ms is above the brokers' transaction.max.timeout.ms is
+    refused at init_transactions, in every task: say so here, before any task starts."""
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(min(metadata.brokers)))
+    try:
+        described = admin.describe_configs([resource], request_timeout=request_timeout_s)[resource]
+        limit = int(described.result(request_timeout_s)["transaction.max.timeout.ms"].value)
+    except Exception as error:  # noqa: BLE001 - e.g. no DESCRIBE_CONFIGS: the tasks' producers will tell
+        log.debug("the brokers' transaction.max.timeout.ms at %s could not be read: %s", servers, error)
+        return
+    if timeout_ms > limit:
+        raise ConfigurationError(
+            f"option kafka.transaction.timeout.ms={timeout_ms} is above the brokers' transaction.max.timeout.ms "
+            f"({limit}) at {servers}: every transactional producer would be refused (INVALID_TRANSACTION_TIMEOUT); "
+            f"set it to {limit} or less, or raise transaction.max.timeout.ms on the brokers")
 
 
 def _require_topic(metadata: ClusterMetadata, servers: str, topic: str) -> None:

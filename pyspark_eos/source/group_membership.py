@@ -98,6 +98,9 @@ class GroupMembership:
             "bootstrap.servers": bootstrap_servers,
             "group.id": group_id,
             "group.instance.id": self.instance_id,
+            # Static membership and the generation fencing are the classic protocol's (KIP-345,
+            # KIP-447): said here, not left to a librdkafka default that may change (KIP-848).
+            "group.protocol": "classic",
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             # The group's leader (a query's driver member) rejoins when a metadata refresh shows

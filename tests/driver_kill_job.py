@@ -1,13 +1,14 @@
-"""A driver of its own for tests that kill the driver: queries from a file or rate source into
-eos-kafka without kafka.group.id (the sink's progress records), side by side, each run with
-Trigger.AvailableNow.
+"""A driver of its own for tests that kill the driver: queries into eos-kafka side by side, each
+run with Trigger.AvailableNow: from a file or rate source without kafka.group.id (the sink's
+progress records), or eos-kafka -> eos-kafka with a group (offsets in the transactions).
 
-Usage: python any_source_job.py BOOTSTRAP QUERIES_JSON [arm]
+Usage: python driver_kill_job.py BOOTSTRAP QUERIES_JSON [arm]
 QUERIES_JSON: a list of {"source", "topic", "checkpoint", "prefix"}; a source is a directory of
-JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), or "random:DIRECTORY" (the
-files repartitioned by rand(): a non-deterministic plan). With "arm", the driver dies once every
-query has committed a batch in Kafka, before Spark's commit log. A query that fails lets the
-others run to their end, and the driver then fails with its error.
+JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), "random:DIRECTORY" (the
+files repartitioned by rand(): a non-deterministic plan), or "kafka:INPUT:GROUP" (copy_query.py).
+With "arm", the driver dies once every query has committed a batch in Kafka, before Spark's
+commit log. A query that fails lets the others run to their end, and the driver then fails with
+its error.
 """
 import json
 import sys
@@ -41,14 +42,22 @@ def eos_writer(frame, bootstrap: str, topic: str, prefix: str, checkpoint: str, 
     return writer.trigger(availableNow=True)
 
 
+def writer(spark, bootstrap: str, spec: dict):
+    if spec["source"].startswith("kafka:"):
+        from copy_query import copy_writer  # run as a script: tests/ is first on sys.path
+
+        _, source_topic, group = spec["source"].split(":")
+        return copy_writer(spark, bootstrap, source_topic, spec["topic"], group, spec["checkpoint"])
+    return eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"], spec["checkpoint"])
+
+
 def main(bootstrap: str, queries: str, *extra: str) -> None:
     specs = json.loads(queries)
     spark = local_spark_session("local[2]", app_name="eos-kafka any-source job")
     if "arm" in extra:
         for directory in executor_local_dirs(spark):
             arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
-    started = [eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"],
-                          spec["checkpoint"]).start() for spec in specs]
+    started = [writer(spark, bootstrap, spec).start() for spec in specs]
     failures = []
     for query in started:  # every query to its end, a failed one's error raised after the others
         try:

@@ -1,0 +1,91 @@
+"""The driver killed between a batch's Kafka commits and Spark's commit log, then restarted: Spark
+replays the batch, and what it committed before must not be written again (G2).
+
+One driver (driver_kill_job.py) runs four pipelines side by side and dies once each of them has
+committed its first batch in Kafka:
+- eos-kafka -> eos-kafka with a group: the input offsets are in each task's transaction;
+- a file copy and a rate copy without a group: each task's progress record is;
+- a copy of the files repartitioned by rand(), whose replay puts records in other tasks: it must
+  fail, writing nothing.
+Broken (the replay check skipping nothing), the first three write their replayed batch twice.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .spark_tools import Pipeline
+from .test_any_source import PER_FILE, FileCopy, assert_each_once, assert_whole_rate_batches
+
+JOB = Path(__file__).resolve().parent / "driver_kill_job.py"
+# Every test here runs in one test process: they share the module's driver runs.
+pytestmark = pytest.mark.xdist_group("driver-kills")
+
+
+@dataclass
+class DriverKill:
+    narrow: Pipeline
+    copies: dict[str, FileCopy]  # by source: "files", "rate", "random"
+    first: dict[str, list]  # each pipeline's output after the crash
+    restarted: subprocess.CompletedProcess
+
+
+def run_driver(bootstrap: str, queries: list[dict], *extra: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(JOB), bootstrap, json.dumps(queries), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def _batches(checkpoint: str, log: str) -> set[str]:
+    return {p.name for p in (Path(checkpoint) / log).iterdir() if p.name.isdigit()}
+
+
+@pytest.fixture(scope="module")
+def driver_kill(kafka, tmp_path_factory) -> DriverKill:
+    tmp_path = tmp_path_factory.mktemp("driver-kills")
+    narrow = Pipeline(kafka, tmp_path / "narrow")
+    copies = {source: FileCopy(kafka, tmp_path / source, files={"files": 3, "rate": 0, "random": 2}[source])
+              for source in ("files", "rate", "random")}
+    specs = [{"source": f"kafka:{narrow.input}:{narrow.group}", "topic": narrow.output,
+              "checkpoint": narrow.checkpoint, "prefix": "eos-kafka"},
+             copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate"),
+             copies["random"].spec(f"random:{copies['random'].input}")]
+    crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
+    assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
+    for spec in specs:  # each batch 0 is in Kafka (output, and offsets or progress), not in the commit log
+        assert _batches(spec["checkpoint"], "offsets") - _batches(spec["checkpoint"], "commits") == {"0"}, spec
+    first = {"narrow": narrow.output_values(), **{source: copy.output_ids() for source, copy in copies.items()}}
+    for name, output in first.items():
+        assert output, f"{name}: the crashed batch should have committed its Kafka transactions"
+    return DriverKill(narrow, copies, first, run_driver(kafka.bootstrap_servers, specs))
+
+
+def test_the_replayed_batch_of_a_pipeline_with_a_group_is_not_written_again(driver_kill):
+    assert set(driver_kill.first["narrow"]) <= set(driver_kill.narrow.output_values())
+    driver_kill.narrow.assert_exactly_once()
+
+
+def test_the_replayed_batch_of_a_file_or_rate_copy_is_not_written_again(driver_kill):
+    for source in ("files", "rate"):
+        copy, first = driver_kill.copies[source], driver_kill.first[source]
+        ids = copy.output_ids()
+        if source == "files":
+            assert_each_once(ids, copy.expected)
+        else:
+            assert_whole_rate_batches(ids)
+        assert set(first) <= set(ids)
+        last_batch = max(int(b) for b in copy.batches("commits"))
+        assert set(copy.progress().values()) == {last_batch + 1}
+
+
+def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(driver_kill):
+    copy, first, restarted = driver_kill.copies["random"], driver_kill.first["random"], driver_kill.restarted
+    assert len(first) == len(set(first)) == PER_FILE  # one file: the batch Spark did not log as done
+    assert restarted.returncode != 0 and "finished" not in restarted.stdout
+    assert "NonDeterministicReplayError" in restarted.stderr and "is not deterministic" in restarted.stderr, \
+        restarted.stderr[-4000:]
+    assert sorted(copy.output_ids()) == sorted(first)
