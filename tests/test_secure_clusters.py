@@ -148,12 +148,6 @@ def test_oauth_tokens_from_a_provider_named_by_import_path_are_renewed_while_a_q
     assert query.exception() is None, query.exception()
     pipeline.assert_exactly_once()
 
-    config = ["-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={secure.tls.ca}",
-              "-X", "sasl.mechanism=OAUTHBEARER", "-X", f"oauth_cb={TOKEN_PROVIDER}",
-              "-X", f"sasl.oauthbearer.config=sub=eos lifetime=60 log={log}"]
-    status = json.loads(run_cli(servers, "status", "--group", pipeline.group, "--json", *config).stdout)
-    assert all(p["lag"] == 0 for p in status["partitions"]), status["partitions"]
-
 
 def test_a_token_provider_that_cannot_be_imported_is_refused_naming_the_option(secure, spark):
     with pytest.raises(Exception, match="option kafka.oauth_cb='no_such_module:token': module 'no_such_module' "

@@ -119,3 +119,13 @@ def test_a_callback_option_names_a_callable_that_pickles_and_compares_by_its_pat
                        ("tests.oauth_tokens:missing", "has no callable 'missing'")]:
         with pytest.raises(ConfigurationError, match=says):
             kafka_params({"kafka.oauth_cb": path})
+
+
+def test_the_operator_commands_take_a_token_provider_by_import_path():
+    from pyspark_eos.kafka.callbacks import ImportedCallable
+    from pyspark_eos.operator.cli import _client_config, _parser
+
+    arguments = _parser().parse_args(["status", "--bootstrap-servers", "h:1", "--group", "g",
+                                      "-X", "oauth_cb=tests.oauth_tokens:unsecured_token"])
+    assert _client_config(arguments)["oauth_cb"] == ImportedCallable("kafka.oauth_cb",
+                                                                     "tests.oauth_tokens:unsecured_token")
