@@ -1,7 +1,7 @@
 """A token provider for kafka.oauth_cb in the tests: unsecured JWTs (alg "none") that the embedded
 broker's OAUTHBEARER listener accepts (secure_listeners). Its configuration string
 (kafka.sasl.oauthbearer.config) holds ``sub=<principal> lifetime=<seconds> log=<file>``; each token
-issued appends "<pid> <issued at>" to the log file, so a test sees who renewed its token."""
+issued appends "<pid> <issued at>" to the log file, so a test sees which processes took one."""
 from __future__ import annotations
 
 import base64

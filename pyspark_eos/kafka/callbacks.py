@@ -5,9 +5,9 @@ OIDC) through a JVM class name. Here the option names a Python callable instead,
 process that builds a Kafka client (the driver and every executor's Python workers), so that the
 module must be installed, or shipped with ``--py-files``, everywhere the job runs.
 
-For ``oauth_cb``, confluent-kafka calls ``function(sasl.oauthbearer.config)`` for a token when a
-client starts and again before the token expires; it returns ``(token, expiry in seconds since
-the epoch)`` or ``(token, expiry, principal, extensions)``.
+For ``oauth_cb``, confluent-kafka calls ``function(sasl.oauthbearer.config)`` when a client
+needs a token; it returns ``(token, expiry in seconds since the epoch)`` or ``(token, expiry,
+principal, extensions)``.
 """
 from __future__ import annotations
 

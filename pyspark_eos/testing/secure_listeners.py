@@ -4,9 +4,7 @@ keep among themselves): what managed clusters offer, and two that must be refuse
 - ``TLS``: server-authenticated TLS (Amazon MSK's TLS port).
 - ``MTLS``: TLS with ``ssl.client.auth=required`` (Aiven, Strimzi).
 - ``SASL_SSL``: SASL over TLS: PLAIN (Confluent Cloud), users in ``SASL_USERS``, and OAUTHBEARER
-  with Kafka's unsecured JWT validator (a token's ``sub`` is its principal; no signature), whose
-  sessions must re-authenticate within ``OAUTH_SESSION_MS``: a client that does not renew its token
-  loses its connections.
+  with Kafka's unsecured JWT validator (a token's ``sub`` is its principal; no signature).
 - ``EXPIRED``, ``WRONG_HOST``: TLS whose certificate expired, or names another host.
 """
 from __future__ import annotations
@@ -17,7 +15,6 @@ from .certificates import TlsFiles
 
 SECURE_LISTENERS = ("TLS", "MTLS", "SASL_SSL", "EXPIRED", "WRONG_HOST")
 SASL_USERS = {"eos": "eos-secret"}
-OAUTH_SESSION_MS = 10_000
 _PROTOCOLS = {"TLS": "SSL", "MTLS": "SSL", "SASL_SSL": "SASL_SSL", "EXPIRED": "SSL", "WRONG_HOST": "SSL"}
 
 
@@ -43,7 +40,6 @@ def secure_settings(broker_port: int, controller_port: int, ports: Mapping[str, 
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-        "listener.name.sasl_ssl.oauthbearer.connections.max.reauth.ms": OAUTH_SESSION_MS,
     }
     return "# secured listeners (secure_listeners.py)\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
 
