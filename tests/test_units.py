@@ -129,3 +129,21 @@ def test_the_operator_commands_take_a_token_provider_by_import_path():
                                       "-X", "oauth_cb=tests.oauth_tokens:unsecured_token"])
     assert _client_config(arguments)["oauth_cb"] == ImportedCallable("kafka.oauth_cb",
                                                                      "tests.oauth_tokens:unsecured_token")
+
+
+def test_a_first_contact_fails_on_refused_handshakes_only_once_every_bootstrap_server_refused():
+    from confluent_kafka import KafkaError
+
+    from pyspark_eos.kafka.handshake_refusals import HandshakeRefusals
+
+    def said(server: str, text: str, code=KafkaError._TRANSPORT) -> KafkaError:
+        return KafkaError(code, f"ssl://{server}/bootstrap: {text}")
+
+    refusals = HandshakeRefusals("a:9093, b:9093")
+    refusals(said("a:9093", "error:0A000086:SSL routines::certificate verify failed"))
+    refusals(said("a:9093", "Connect to ipv4#1.2.3.4:9093 failed: Connection refused"))  # not a refusal
+    assert refusals.final() is None  # b may still answer
+    refusals(said("b:9093", "SSL handshake failed: Disconnected: SSL connection closed by peer"))
+    assert refusals.final() is None  # dropped once: a restarting broker does that too
+    refusals(said("b:9093", "SSL handshake failed: Disconnected: SSL connection closed by peer"))
+    assert "certificate verify failed" in refusals.final().str()

@@ -58,14 +58,16 @@ def connected(producer, servers: str, timeout_s: float, topic: str | None = None
     return producer
 
 
-# A first contact asks again in slices this long, serving the client's error_cb in between: a TLS
-# handshake or SASL authentication that failed ends it at once (handshake_refusals).
-_CONTACT_SLICE_S = 0.5
+# A first contact asks in slices, serving the client's error_cb in between, so that a TLS handshake
+# or SASL authentication every bootstrap server refused ends it at once (handshake_refusals). Each
+# slice is twice as long as the one before: a metadata answer slower than a slice still comes in
+# a later one.
+_FIRST_SLICE_S = 0.5
 
 
 def contact_admin(kafka_params: Mapping[str, str], servers: str) -> tuple[AdminClient, HandshakeRefusals]:
     """An AdminClient for a first contact, and what it reports of refused connections."""
-    refusals = HandshakeRefusals()
+    refusals = HandshakeRefusals(servers)
     return AdminClient({**kafka_params, "bootstrap.servers": servers, "error_cb": refusals}), refusals
 
 
@@ -74,21 +76,25 @@ def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str
                   kafka_params: Mapping[str, str] | None = None) -> ClusterMetadata:
     """``list_topics`` as a query's (or a command's) first request to the cluster: when no broker
     answers within ``timeout_s``, the error says so, what set that bound, and what to check; with
-    ``refusals`` (``contact_admin``), a refused handshake fails it at once, saying why."""
+    ``refusals`` (``contact_admin``), handshakes refused by every bootstrap server fail it at once,
+    saying why."""
     deadline = time.monotonic() + timeout_s
+    slice_s = _FIRST_SLICE_S if refusals is not None else timeout_s
     while True:
         left = deadline - time.monotonic()
         try:
-            return list_topics(admin, servers, max(min(left, _CONTACT_SLICE_S), 0.01) if refusals else left, topic)
+            return list_topics(admin, servers, max(min(left, slice_s), 0.01), topic)
         except KafkaClientError as error:
             if error_code(error.__cause__) not in UNREACHABLE_CODES:
                 raise
             if refusals is not None:
                 admin.poll(0)  # serves error_cb
-                if refusals.first is not None:
-                    raise refusal_error(refusals.first, servers, kafka_params or {}) from error.__cause__
-            if refusals is None or time.monotonic() >= deadline:
+                refused = refusals.final()
+                if refused is not None:
+                    raise refusal_error(refused, servers, kafka_params or {}) from error.__cause__
+            if time.monotonic() >= deadline:
                 raise unreachable_error(servers, timeout_s, bound_by) from error.__cause__
+            slice_s *= 2
 
 
 def reachable_admin(kafka_params: Mapping[str, str], servers: str, timeout_s: float) -> AdminClient:
@@ -167,8 +173,10 @@ def _check_transaction_timeout(admin: AdminClient, servers: str, metadata: Clust
                                request_timeout_s: float) -> None:
     """A producer whose transaction.timeout.ms is above the brokers' transaction.max.timeout.ms is
     refused at init_transactions, in every task: say so here, before any task starts."""
-    resource = ConfigResource(ConfigResource.Type.BROKER, str(min(metadata.brokers)))
     try:
+        # The broker that answered the metadata request: it is reachable from here.
+        broker = metadata.orig_broker_id if metadata.orig_broker_id >= 0 else min(metadata.brokers)
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
         described = admin.describe_configs([resource], request_timeout=request_timeout_s)[resource]
         limit = int(described.result(request_timeout_s)["transaction.max.timeout.ms"].value)
     except Exception as error:  # noqa: BLE001 - e.g. no DESCRIBE_CONFIGS: the tasks' producers will tell

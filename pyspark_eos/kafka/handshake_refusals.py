@@ -25,20 +25,42 @@ _PROBE_TIMEOUT_S = 5.0
 
 
 class HandshakeRefusals:
-    """A client's ``error_cb``: keeps the first refusal at connection time."""
+    """A client's ``error_cb``: keeps each bootstrap server's first refusal at connection time. A
+    first contact fails on them only once every bootstrap server has refused (another may still
+    answer), and a connection dropped during the handshake ("Disconnected", also what a broker
+    that restarts or closes connections causes) counts only when it happens twice."""
 
-    def __init__(self):
-        self.first: KafkaError | None = None
+    def __init__(self, servers: str):
+        self.servers = {server.strip() for server in servers.split(",") if server.strip()}
+        self.refused: dict[str, KafkaError] = {}
+        self._dropped: set[str] = set()
 
     def __call__(self, error: KafkaError) -> None:
-        if self.first is None and refused_at_handshake(error):
-            self.first = error
+        if not refused_at_handshake(error):
+            return
+        server = _server_of(error.str())
+        if "Disconnected" in error.str() and server not in self._dropped:
+            self._dropped.add(server)
+            return
+        self.refused.setdefault(server, error)
+
+    def final(self) -> KafkaError | None:
+        """A refusal to fail on: every bootstrap server has refused (None: not yet)."""
+        if self.refused and (self.servers <= set(self.refused) or len(self.refused) >= len(self.servers)):
+            return next(iter(self.refused.values()))
+        return None
 
 
 def refused_at_handshake(error: KafkaError) -> bool:
     if error.code() in (KafkaError._SSL, KafkaError._AUTHENTICATION):
         return True
     return error.code() == KafkaError._TRANSPORT and any(word in error.str() for word in _TLS_WORDS)
+
+
+def _server_of(said: str) -> str:
+    """The host:port librdkafka names at the start of a connection's error ("ssl://h:p/bootstrap: ...")."""
+    address = said.split("://", 1)[-1].split("/", 1)[0]
+    return address.strip()
 
 
 def refusal_error(error: KafkaError, servers: str, params: Mapping[str, str]) -> KafkaClientError:
@@ -67,7 +89,7 @@ def refusal_error(error: KafkaError, servers: str, params: Mapping[str, str]) ->
 
 def _verification_failure(servers: str, params: Mapping[str, str], said: str) -> str:
     trusted = params.get("ssl.ca.location") or ("ssl.ca.pem" in params and "kafka.ssl.ca.pem") or "the system's CAs"
-    reason = _verify_message(servers.split(",")[0].strip(), params)
+    reason = _verify_message(_server_of(said) if "://" in said else servers.split(",")[0].strip(), params)
     if reason is None:
         reason, fix = said, (f"give kafka.ssl.ca.location the CA that signed the brokers' certificates (checked "
                              f"against {trusted}), and check that they have not expired and name the host the "
@@ -105,6 +127,8 @@ def _client_context(params: Mapping[str, str]) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=location)
     else:
         context = ssl.create_default_context(cadata=params.get("ssl.ca.pem"))
+    # As librdkafka: no X.509 strict mode (Python 3.13 turns it on; private CAs often fail it first).
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
     # librdkafka checks the host name unless ssl.endpoint.identification.algorithm=none.
     context.check_hostname = params.get("ssl.endpoint.identification.algorithm", "https").lower() != "none"
     return context
