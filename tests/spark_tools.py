@@ -63,6 +63,11 @@ def eos_pipeline(spark, bootstrap: str, source_topic: str, sink_topic: str, grou
     return writer
 
 
+def logged_batches(checkpoint: str | Path, log: str) -> set[str]:
+    """The batch ids in a checkpoint's ``log`` ("offsets": planned, "commits": completed)."""
+    return {p.name for p in (Path(checkpoint) / log).iterdir() if p.name.isdigit()}
+
+
 def run_to_end(writer, checkpoint: str, timeout: float = 300.0):
     """Start with Trigger.AvailableNow and wait; a failed query raises StreamingQueryException."""
     query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()

@@ -18,6 +18,7 @@ from pyspark_eos.testing.local_spark import executor_local_dirs
 
 from .driver_kill_job import RATE_ROWS_PER_BATCH, eos_writer, input_frame
 from .kafka_tools import committed_offsets, create_topic, read_committed, unique_name
+from .spark_tools import logged_batches
 from .test_zombie_attempts import TRANSACTION_TIMEOUT_MS, Zombie, spark_fast_loss  # noqa: F401 - a fixture
 
 PER_FILE = 30
@@ -59,7 +60,7 @@ class FileCopy:
         return {g: committed_offsets(self.bootstrap, g, DEFAULT_CLAIMS_TOPIC, 1)[0] for g in groups}
 
     def batches(self, log: str) -> set[str]:
-        return {p.name for p in (Path(self.checkpoint) / log).iterdir() if p.name.isdigit()}
+        return logged_batches(self.checkpoint, log)
 
 
 def assert_each_once(ids: list[int], expected: list[int]) -> None:

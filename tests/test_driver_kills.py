@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .spark_tools import Pipeline
+from .spark_tools import Pipeline, logged_batches
 from .test_any_source import PER_FILE, FileCopy, assert_each_once, assert_whole_rate_batches
 
 JOB = Path(__file__).resolve().parent / "driver_kill_job.py"
@@ -40,10 +40,6 @@ def run_driver(bootstrap: str, queries: list[dict], *extra: str) -> subprocess.C
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
-def _batches(checkpoint: str, log: str) -> set[str]:
-    return {p.name for p in (Path(checkpoint) / log).iterdir() if p.name.isdigit()}
-
-
 @pytest.fixture(scope="module")
 def driver_kill(kafka, tmp_path_factory) -> DriverKill:
     tmp_path = tmp_path_factory.mktemp("driver-kills")
@@ -57,7 +53,8 @@ def driver_kill(kafka, tmp_path_factory) -> DriverKill:
     crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
     assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
     for spec in specs:  # each batch 0 is in Kafka (output, and offsets or progress), not in the commit log
-        assert _batches(spec["checkpoint"], "offsets") - _batches(spec["checkpoint"], "commits") == {"0"}, spec
+        assert logged_batches(spec["checkpoint"], "offsets") - logged_batches(spec["checkpoint"], "commits") == {"0"}, \
+            spec
     first = {"narrow": narrow.output_values(), **{source: copy.output_ids() for source, copy in copies.items()}}
     for name, output in first.items():
         assert output, f"{name}: the crashed batch should have committed its Kafka transactions"

@@ -22,6 +22,7 @@ from pathlib import Path
 from pyspark_eos.testing.fault_injection import STALL_AFTER_STABLE_READ, stall_reports
 
 from .kafka_tools import create_topic, read_committed, unique_name, wait_until
+from .spark_tools import logged_batches
 from .stateful_job import KEYS, WINDOW_S
 from .test_zombie_attempts import process_running
 
@@ -58,7 +59,7 @@ class StatefulRun:
                 "prefix": self.prefix, "topics": self.topics}
 
     def batches(self, log: str) -> set[str]:
-        return {p.name for p in (self.checkpoint / log).iterdir() if p.name.isdigit()}
+        return logged_batches(self.checkpoint, log)
 
     def records(self, topic: str) -> list[tuple[str, str | None]]:
         return [(r.key.decode(), None if r.value is None else r.value.decode())

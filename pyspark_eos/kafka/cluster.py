@@ -97,11 +97,12 @@ def first_contact(admin: AdminClient, servers: str, timeout_s: float, topic: str
             slice_s *= 2
 
 
-def reachable_admin(kafka_params: Mapping[str, str], servers: str, timeout_s: float) -> AdminClient:
+def reachable_admin(kafka_params: Mapping[str, str], servers: str, timeout_s: float,
+                    bound_by: str = "option connectTimeoutMs") -> AdminClient:
     """An AdminClient whose first request has shown that a broker answers."""
     with files_explained(kafka_params):
         admin, refusals = contact_admin(kafka_params, servers)
-    first_contact(admin, servers, timeout_s, refusals=refusals, kafka_params=kafka_params)
+    first_contact(admin, servers, timeout_s, bound_by=bound_by, refusals=refusals, kafka_params=kafka_params)
     return admin
 
 

@@ -19,9 +19,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLev
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import KafkaClientError
-from ..kafka.cluster import contact_admin, first_contact
+from ..kafka.cluster import reachable_admin
 from ..kafka.group_offsets import fetch_committed_once
-from ..kafka.options import files_explained
 from ..protocol.commit_metadata import stored_metadata
 from . import coordinator_records as records
 
@@ -98,10 +97,8 @@ class ClusterAccess:
 
 def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eos-kafka",
            topics: tuple[str, ...] = ()) -> GroupStatus:
-    with files_explained(access.config):
-        admin, refusals = contact_admin(access.config, access.bootstrap_servers)
-    first_contact(admin, access.bootstrap_servers, access.connect_timeout_s, bound_by="--connect-timeout",
-                  refusals=refusals, kafka_params=access.config)
+    admin = reachable_admin(access.config, access.bootstrap_servers, access.connect_timeout_s,
+                            bound_by="--connect-timeout")
     description = _describe_group(admin, group, access)
     members = [_member(member) for member in description.members]
     notes: list[str] = []
