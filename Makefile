@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 PYTEST_PROCESSES ?= 2
 BENCH_ARGS ?=
+COMPAT_ARGS ?=
 CHAOS_SEED ?=
 CHAOS_FAULTS ?= 200
 CHAOS_MINUTES ?= 120
 
-.PHONY: demo test setup broker-jars dist bench chaos release-tests spin model
+.PHONY: demo test setup broker-jars dist bench chaos compat release-tests spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -30,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-## broker-jars: download the pinned Apache Kafka broker jars with Maven (once)
+## broker-jars: download the Apache Kafka broker jars with Maven (once): the pinned release and the oldest supported
 broker-jars: $(STAMP)
 	$(PY) -m pyspark_eos.testing.embedded_kafka fetch-jars
 
@@ -55,6 +56,11 @@ bench: setup $(VENV)/.bench-installed
 ## chaos: the chaos campaign (docs/chaos.md): CHAOS_SEED (default: random, printed), CHAOS_FAULTS, CHAOS_MINUTES
 chaos: setup $(VENV)/.bench-installed
 	$(PY) -m devtools.chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --faults $(CHAOS_FAULTS) --minutes $(CHAOS_MINUTES)
+
+## compat: the compatibility matrix (docs/compatibility.md): the compat tests on every supported Kafka
+## broker, PySpark and the lowest confluent-kafka; COMPAT_ARGS="--row kafka-4.4.0" for one row
+compat: setup
+	$(PY) -m devtools.compat $(COMPAT_ARGS)
 
 ## release-tests: the tests too long for every run (the chaos smoke, older PySpark): before every release
 release-tests: setup

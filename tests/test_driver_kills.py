@@ -24,7 +24,7 @@ from .test_any_source import PER_FILE, FileCopy, assert_each_once, assert_whole_
 
 JOB = Path(__file__).resolve().parent / "driver_kill_job.py"
 # Every test here runs in one test process: they share the module's driver runs.
-pytestmark = pytest.mark.xdist_group("driver-kills")
+pytestmark = [pytest.mark.xdist_group("driver-kills"), pytest.mark.compat]
 
 
 @dataclass

@@ -45,6 +45,7 @@ def fetch_stable_offset(bootstrap: str, group: str, topic: str):
     return result.topic_partitions[0]
 
 
+@pytest.mark.compat
 def test_open_transaction_with_group_offsets_is_unstable_until_it_commits(kafka):
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, unique_name("smoke-unstable"))

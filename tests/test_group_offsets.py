@@ -99,6 +99,7 @@ def test_backoff_is_exponential_jittered_and_bounded():
     assert len(set(values)) == len(values)
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("resolve, first_value", [("commit_transaction", b"v7"), ("abort_transaction", b"v3")])
 def test_a_query_starting_from_the_group_waits_for_the_open_transaction(spark, held, tmp_path, resolve, first_value):
     # The transaction is resolved only once the source is seen stalled at it: the outcome the query

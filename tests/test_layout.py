@@ -15,6 +15,8 @@ import pyspark_eos
 from pyspark_eos.kafka import fault_hooks
 from pyspark_eos.testing.embedded_kafka import create_topic
 
+from .kafka_tools import unique_name
+
 PACKAGE = Path(pyspark_eos.__file__).resolve().parent
 RUNTIME_FILES = sorted(path for path in PACKAGE.rglob("*.py") if path.relative_to(PACKAGE).parts[0] != "testing")
 # __main__ runs the command line when imported; its imports are checked with the other files.
@@ -145,7 +147,7 @@ WORKER_JOB = textwrap.dedent("""
 
 
 def test_a_spark_worker_that_wrote_through_the_sink_has_loaded_no_testing_module(kafka, tmp_path):
-    topic = create_topic(kafka.bootstrap_servers, "layout-worker-check")
+    topic = create_topic(kafka.bootstrap_servers, unique_name("layout-worker-check"))
     env = {key: value for key, value in os.environ.items() if key != fault_hooks.HOOKS_ENV}
     report = tmp_path / "loaded.json"
     result = subprocess.run([sys.executable, "-c", WORKER_JOB, kafka.bootstrap_servers, topic, str(report)], env=env,

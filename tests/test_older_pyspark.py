@@ -1,11 +1,14 @@
-"""Older PySpark: 4.0 and 4.1 have no admission control for Python sources, 4.0 no Arrow writer.
+"""Older PySpark on the oldest supported Kafka broker: 4.0 and 4.1 have no admission control for
+Python sources, 4.0 no Arrow writer.
 
 Spark 4.0/4.1 call ``latestOffset()`` with no arguments and never ask for a read limit; the
 stream must then continue from its last end and apply maxOffsetsPerTrigger itself. On 4.0 the
 sink receives Rows instead of Arrow batches. Each version runs a real eos-kafka -> eos-kafka job
 in a virtual environment of its own (kept in .cache/ between runs). 4.0 lacks both admission
 control and the Arrow writer, so it runs in every ``make test``; 4.1 (the Arrow writer without
-admission control) runs before a release (``make release-tests``).
+admission control) runs before a release (``make release-tests``). The broker is the oldest
+release docs/compatibility.md supports (``maven_jars.OLDEST_KAFKA``), so that every ``make test``
+runs one exactly-once pipeline on it; ``make compat`` runs a larger subset on each release.
 """
 from __future__ import annotations
 
@@ -15,10 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.maven_jars import OLDEST_KAFKA
+
 from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, unique_name, write_transactions
 from .virtualenvs import CHECKOUT, virtualenv
 
 pytestmark = pytest.mark.older_pyspark
+
+
+@pytest.fixture(scope="module")
+def oldest_kafka(tmp_path_factory) -> EmbeddedKafkaCluster:
+    with EmbeddedKafkaCluster(directory=tmp_path_factory.mktemp("oldest-kafka"), kafka_version=OLDEST_KAFKA) as cluster:
+        yield cluster
 
 
 def older_pyspark_python(version: str) -> Path:
@@ -30,8 +42,9 @@ def older_pyspark_python(version: str) -> Path:
     pytest.param("4.1.4", "DataSourceStreamArrowWriter", marks=pytest.mark.release),
     ("4.0.5", "DataSourceStreamWriter"),
 ])
-def test_rate_limited_exactly_once_pipeline_on_older_pyspark(kafka, tmp_path, version, writer):
-    bootstrap = kafka.bootstrap_servers
+def test_rate_limited_exactly_once_pipeline_on_older_pyspark_and_the_oldest_broker(oldest_kafka, tmp_path, version,
+                                                                                    writer):
+    bootstrap = oldest_kafka.bootstrap_servers
     source, sink, group = create_topic(bootstrap, unique_name("older")), create_topic(bootstrap, unique_name("out")), unique_name("g")
     # 0-4 committed, 5 marker, 6-7 aborted, 8 marker, 9-10 committed, 11 marker
     write_transactions(bootstrap, source, [(True, [(0, b"a%d" % i) for i in range(5)]),
@@ -43,6 +56,13 @@ def test_rate_limited_exactly_once_pipeline_on_older_pyspark(kafka, tmp_path, ve
     assert result.returncode == 0, result.stderr[-5000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert (outcome["pyspark"], outcome["sink_writer"]) == (version, writer)
+    assert _broker_version(oldest_kafka) == OLDEST_KAFKA
     assert outcome["rows_per_batch"] == [3, 2, 2]  # [0,3) [3,6) [6,9): only aborted records, [9,12)
     assert sorted(r.value for r in read_committed(bootstrap, sink)) == sorted(r.value for r in read_committed(bootstrap, source))
     assert committed_offsets(bootstrap, group, source, 1) == last_stable_offsets(bootstrap, source, 1)
+
+
+def _broker_version(cluster: EmbeddedKafkaCluster) -> str:
+    """The release the broker's own log says it runs (its AppInfoParser line)."""
+    log_text = cluster.nodes[0].log_path.read_text(errors="replace")
+    return log_text.split("Kafka version: ", 1)[1].split()[0]

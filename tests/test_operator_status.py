@@ -90,6 +90,7 @@ def pipeline(kafka):
     running.close()
 
 
+@pytest.mark.compat
 def test_status_shows_committed_and_pending_offsets_lag_stamps_members_and_transactions(pipeline):
     pipeline.transaction(0, {0: 5}, batch="3", commit=True)
     pending = pipeline.transaction(1, {1: 7}, batch="4", commit=False)  # a writer stopped mid-commit
@@ -147,6 +148,7 @@ def test_status_shows_the_member_that_replaced_a_fenced_static_member(pipeline):
         replacement.close()
 
 
+@pytest.mark.compat
 def test_abort_lingering_aborts_only_old_open_transactions_and_the_dry_run_nothing(pipeline):
     zombie = pipeline.transaction(1, {1: 7}, batch="4", commit=False)  # its worker died here
     lingering_id = f"eos-kafka.{pipeline.group}.0.1"

@@ -44,6 +44,7 @@ def add_partition(bootstrap: str, topic: str, total: int) -> None:
     admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
 
 
+@pytest.mark.compat
 @pytest.mark.spark_local_cluster
 @pytest.mark.parametrize("point", [faults.STALL_BEFORE_PRODUCE, faults.STALL_AFTER_STABLE_READ])
 def test_a_rebalance_during_a_batch_commits_it_under_the_new_generation(spark_cluster, kafka, tmp_path, point):

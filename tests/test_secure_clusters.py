@@ -82,6 +82,7 @@ def test_the_source_and_the_sink_batch_over_sasl_ssl_and_tls(secure, spark, tmp_
         sorted(f"v{n}".encode() for n in range(20))
 
 
+@pytest.mark.compat
 @pytest.mark.spark_local_cluster
 def test_the_exactly_once_pipeline_over_mutual_tls_with_a_worker_killed_before_its_commit(secure, spark_cluster,
                                                                                           tmp_path):
@@ -119,6 +120,7 @@ def test_a_key_file_missing_on_a_host_fails_naming_the_file_and_the_host(secure,
 TOKEN_PROVIDER = "tests.oauth_tokens:unsecured_token"
 
 
+@pytest.mark.compat
 def test_oauth_tokens_from_a_provider_named_by_import_path_carry_the_source_and_the_sink(secure, spark, tmp_path):
     log = tmp_path / "tokens.log"
     settings = {"kafka.security.protocol": "SASL_SSL", "kafka.ssl.ca.location": str(secure.tls.ca),

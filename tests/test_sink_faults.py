@@ -24,6 +24,7 @@ from .spark_tools import Pipeline
 FAST_TIMEOUT = {"kafka.transaction.timeout.ms": 10000}
 
 
+@pytest.mark.compat
 @pytest.mark.spark_local_cluster
 @pytest.mark.parametrize("point", [WORKER_BEFORE_COMMIT, EXECUTOR_BEFORE_COMMIT])
 def test_a_crash_after_sending_offsets_and_before_commit_loses_and_duplicates_nothing(spark_cluster, kafka,

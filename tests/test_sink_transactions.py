@@ -6,7 +6,8 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.protocol.claims_log import ClaimsLog
 from pyspark_eos.protocol.commit_metadata import partition_metadata
@@ -80,9 +81,10 @@ def test_transactional_ids_per_worker_slot(spark, kafka, tmp_path):
 class OtherMember:
     """A plain consumer in the pipeline's group that keeps its share of the partitions."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str):
+    def __init__(self, bootstrap: str, group: str, topic: str, protocol: str):
         self.assigned: list = []
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  "group.protocol": protocol})
         self.consumer.subscribe([topic], on_assign=lambda c, parts: self.assigned.__init__(parts))
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
@@ -98,15 +100,21 @@ class OtherMember:
         self.consumer.close()
 
 
-@pytest.fixture
-def shared_group(kafka):
+# A member of the new consumer protocol (KIP-848) first makes the group a consumer group, which the
+# source's classic member then joins as such a group's classic member: the same share, generation
+# and refusals as beside a classic member.
+@pytest.fixture(params=["classic", "consumer"])
+def shared_group(kafka, request):
     bootstrap = kafka.bootstrap_servers
     topic = create_topic(bootstrap, unique_name("owned"), partitions=2)
     group = unique_name("g")
-    other = OtherMember(bootstrap, group, topic)
+    other = OtherMember(bootstrap, group, topic, request.param)
     wait_until(lambda: len(other.assigned) == 2, 60, "the other member to own both partitions")
     membership = GroupMembership(bootstrap, {}, group, topics=[topic]).start()
     stamp = wait_until(lambda: _split(membership), 60, "a rebalance that splits the partitions")
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a destroyed client never answers
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert described.type == {"classic": ConsumerGroupType.CLASSIC, "consumer": ConsumerGroupType.CONSUMER}[request.param]
     yield bootstrap, topic, group, stamp, membership
     membership.stop()
     other.close()

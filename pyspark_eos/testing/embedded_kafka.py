@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .certificates import TlsFiles, make_tls_files
-from .maven_jars import KAFKA_BROKER, kafka_version
+from .maven_jars import KAFKA_VERSION_ENV, OLDEST_KAFKA, kafka_broker
 from .secure_listeners import SECURE_LISTENERS, secure_settings
 from ..errors import EmbeddedKafkaError
 from .project_files import conf_file
@@ -143,6 +143,7 @@ class EmbeddedKafkaCluster:
         heap: str = DEFAULT_HEAP,
         tie_to_parent: bool = True,
         secure: bool = False,
+        kafka_version: str | None = None,
     ):
         if nodes < 1:
             raise EmbeddedKafkaError(f"a cluster needs at least one node, got nodes={nodes}")
@@ -154,6 +155,8 @@ class EmbeddedKafkaCluster:
         # Besides PLAINTEXT: TLS, mutual TLS and SASL_SSL listeners, and two with broken
         # certificates, with certificates made at start (secure_listeners).
         self.secure = secure
+        # The Kafka release the nodes run (maven_jars.kafka_broker: default the pom's pin).
+        self.jars = kafka_broker(kafka_version)
         self.tls: TlsFiles | None = None
         self.nodes: list[NodeSpec] = []
         self.pids: dict[int, int] = {}
@@ -162,7 +165,7 @@ class EmbeddedKafkaCluster:
     # ----------------------------------------------------------------------------- life cycle
 
     def start(self, timeout: float = 120.0) -> "EmbeddedKafkaCluster":
-        classpath = KAFKA_BROKER.classpath()
+        classpath = self.jars.classpath()
         per_node = 2 + (len(SECURE_LISTENERS) if self.secure else 0)
         ports = free_ports(per_node * self.node_count)
         self.nodes = [
@@ -173,7 +176,7 @@ class EmbeddedKafkaCluster:
         if self.secure:
             self.tls = make_tls_files(self.directory / "tls")
         log.info("starting a %d-node Apache Kafka %s cluster in %s",
-                 self.node_count, kafka_version(), self.directory)
+                 self.node_count, self.kafka_version, self.directory)
         cluster_id = random_cluster_id()
         for node in self.nodes:
             self._render_config(node)
@@ -227,7 +230,7 @@ class EmbeddedKafkaCluster:
         node = self.node(node_id)
         if self._alive(node):
             raise EmbeddedKafkaError(f"node {node_id} is running; kill or stop it before restarting it")
-        self._launch(KAFKA_BROKER.classpath(), node)
+        self._launch(self.jars.classpath(), node)
         self.wait_ready(timeout)
         self.save_state()
 
@@ -238,6 +241,10 @@ class EmbeddedKafkaCluster:
         self.stop()
 
     # ----------------------------------------------------------------------------- queries
+
+    @property
+    def kafka_version(self) -> str:
+        return self.jars.version()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -307,7 +314,7 @@ class EmbeddedKafkaCluster:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         state = {
-            "kafka_version": kafka_version(),
+            "kafka_version": self.kafka_version,
             "bootstrap_servers": self.bootstrap_servers,
             "nodes": [asdict(node) for node in self.nodes],
             "pids": {str(node_id): pid for node_id, pid in self.pids.items()},
@@ -321,7 +328,7 @@ class EmbeddedKafkaCluster:
         if not path.exists():
             raise EmbeddedKafkaError(f"no embedded Kafka cluster was started in {directory} ({path} is missing)")
         state = json.loads(path.read_text())
-        cluster = cls(nodes=len(state["nodes"]), directory=directory)
+        cluster = cls(nodes=len(state["nodes"]), directory=directory, kafka_version=state.get("kafka_version"))
         cluster.nodes = [NodeSpec(**node) for node in state["nodes"]]
         cluster.pids = {int(node_id): pid for node_id, pid in state["pids"].items()}
         return cluster
@@ -479,7 +486,7 @@ def kafka_tool_command(main_class: str) -> list[str]:
     ``org.apache.kafka.tools.AclCommand``), from the same released jars as the broker."""
     java = shutil.which("java") or "java"
     return [java, f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}",
-            "-cp", KAFKA_BROKER.classpath(), main_class]
+            "-cp", kafka_broker().classpath(), main_class]
 
 
 def _default_directory() -> Path:
@@ -495,7 +502,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
                 f"a cluster is already running in {directory} at {existing.bootstrap_servers}; "
                 f"stop it first: python -m pyspark_eos.testing.embedded_kafka stop --dir {directory}"
             )
-    cluster = EmbeddedKafkaCluster(nodes=args.nodes, directory=directory, tie_to_parent=False)
+    cluster = EmbeddedKafkaCluster(nodes=args.nodes, directory=directory, tie_to_parent=False,
+                                   kafka_version=args.kafka_version)
     cluster.start(timeout=args.timeout)
     print(cluster.bootstrap_servers)
     return 0
@@ -520,7 +528,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_jars(args: argparse.Namespace) -> int:
-    print(KAFKA_BROKER.ensure())
+    # Without a release named: the two make test runs, the pinned one and the oldest supported.
+    for release in [args.kafka_version] if args.kafka_version else [None, OLDEST_KAFKA]:
+        print(kafka_broker(release).ensure())
     return 0
 
 
@@ -540,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
         sub.set_defaults(handler=handler)
         sub.add_argument("--dir", default=str(_default_directory()),
                          help="cluster directory: configs, data, logs, cluster.json (default: %(default)s)")
+    for name in ("start", "fetch-jars"):
+        commands.choices[name].add_argument(
+            "--kafka-version", help=f"a Kafka release other than the pinned one, e.g. {OLDEST_KAFKA} "
+                                    f"(default: ${KAFKA_VERSION_ENV}, else the pom's)")
     commands.choices["start"].add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
     commands.choices["start"].add_argument("--timeout", type=float, default=120.0,
                                            help="seconds to wait for readiness (default 120)")

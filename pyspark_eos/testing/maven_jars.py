@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import EmbeddedKafkaError
@@ -33,11 +34,20 @@ class MavenJars:
     name: str
     pom_name: str
     version_property: str
+    # Another release of the same artifacts than the pom's: Maven resolves the pom with its
+    # version property set to this one (``-D<property>=<version>``).
+    chosen_version: str | None = None
+
+    def at(self, version: str | None) -> "MavenJars":
+        """The same jars at ``version`` (None: the pom's own)."""
+        return replace(self, chosen_version=version)
 
     def pom_path(self) -> Path:
         return conf_file(self.pom_name)
 
     def version(self) -> str:
+        if self.chosen_version:
+            return self.chosen_version
         pattern = rf"<{re.escape(self.version_property)}>([^<]+)</{re.escape(self.version_property)}>"
         match = re.search(pattern, self.pom_path().read_text())
         if not match:
@@ -63,7 +73,8 @@ class MavenJars:
             shutil.rmtree(target)  # an earlier download was interrupted
         log.info("downloading %s %s jars with Maven into %s (once)", self.name, self.version(), target)
         started = time.monotonic()
-        _copy_dependencies(self.pom_path(), target)
+        _copy_dependencies(self.pom_path(), target,
+                           [f"-D{self.version_property}={self.chosen_version}"] if self.chosen_version else [])
         (target / _COMPLETE_MARKER).write_text(self.version())
         log.info("%s jars ready: %d jars in %.0f s", self.name, len(list(target.glob("*.jar"))),
                  time.monotonic() - started)
@@ -75,8 +86,9 @@ class MavenJars:
         return ":".join(str(jar) for jar in self.jars())
 
 
-def _copy_dependencies(pom: Path, target: Path) -> None:
-    run_maven(["-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={target}"],
+def _copy_dependencies(pom: Path, target: Path, properties: list[str]) -> None:
+    run_maven(["-f", str(pom), *properties, "dependency:copy-dependencies", "-DincludeScope=runtime",
+               f"-DoutputDirectory={target}"],
               f"download the jars of {pom} into {target}")
 
 
@@ -99,7 +111,17 @@ def run_maven(arguments: list[str], what: str) -> None:
 
 KAFKA_BROKER = MavenJars("kafka-jars", "kafka-broker-pom.xml", "kafka.version")
 SPARK_KAFKA_CONNECTOR = MavenJars("spark-kafka-connector-jars", "spark-kafka-connector-pom.xml", "spark.kafka.version")
+# Runs the embedded broker (and Kafka's tools) at another release than the pom's, e.g. 3.9.1.
+KAFKA_VERSION_ENV = "EOS_KAFKA_BROKER_VERSION"
+# The oldest broker release eos-kafka is tested against (docs/compatibility.md): make test runs
+# one pipeline on it, make compat its whole subset.
+OLDEST_KAFKA = "3.9.2"
+
+
+def kafka_broker(version: str | None = None) -> MavenJars:
+    """The broker jars at ``version``, else at $EOS_KAFKA_BROKER_VERSION, else at the pom's."""
+    return KAFKA_BROKER.at(version or os.environ.get(KAFKA_VERSION_ENV) or None)
 
 
 def kafka_version() -> str:
-    return KAFKA_BROKER.version()
+    return kafka_broker().version()
