@@ -57,18 +57,17 @@ class EosKafkaDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink.writer import EosKafkaStreamWriter
 
-        options = _sink_options(self.options, schema)
-        if options.txn_app_id is not None or options.txn_version is not None:
-            # A micro-batch's key is its query and batch id; a version given here would be ignored.
-            raise ConfigurationError("txnAppId and txnVersion are for batch writes (df.write, in foreachBatch too); "
-                                     "a streaming write is exactly-once by its query's batch ids: drop them")
-        return EosKafkaStreamWriter(options)
+        return EosKafkaStreamWriter(_sink_options(self.options, schema, streaming=True))
 
 
-def _sink_options(options, schema: StructType) -> SinkOptions:
+def _sink_options(options, schema: StructType, streaming: bool = False) -> SinkOptions:
     require_confluent_kafka()
     parsed = SinkOptions.parse(options)
     check_sink_schema(schema, parsed.topic)
+    if streaming and (parsed.txn_app_id is not None or parsed.txn_version is not None):
+        # A micro-batch's key is its query and batch id; a version given here would be ignored.
+        raise ConfigurationError("txnAppId and txnVersion are for batch writes (df.write, in foreachBatch too); "
+                                 "a streaming write is exactly-once by its query's batch ids: drop them")
     # Here, on the driver, an unreachable cluster or a missing topic fails the batch before any task
     # opens a transaction. Spark builds the writer again for every micro-batch: the lookup is made
     # once per process.
@@ -76,6 +75,9 @@ def _sink_options(options, schema: StructType) -> SinkOptions:
 
     check_output(parsed.kafka, parsed.bootstrap_servers, parsed.topic, parsed.connect_timeout_ms / 1000,
                  parsed.transaction_timeout_ms)
+    from .sink.driver_checks import check_sink_can_commit
+
+    check_sink_can_commit(parsed, streaming, parsed.connect_timeout_ms / 1000)
     return parsed
 
 

@@ -13,6 +13,7 @@ its error.
 import json
 import sys
 
+from copy_query import await_end, copy_writer, to_the_end  # run as a script: tests/ is first on sys.path
 from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
 
@@ -39,13 +40,11 @@ def eos_writer(frame, bootstrap: str, topic: str, prefix: str, checkpoint: str, 
               .option("transactionalIdPrefix", prefix).option("checkpointLocation", checkpoint))
     for key, value in sink_options.items():
         writer = writer.option(key, str(value))
-    return writer.trigger(availableNow=True)
+    return to_the_end(writer)
 
 
 def writer(spark, bootstrap: str, spec: dict):
     if spec["source"].startswith("kafka:"):
-        from copy_query import copy_writer  # run as a script: tests/ is first on sys.path
-
         _, source_topic, group = spec["source"].split(":")
         return copy_writer(spark, bootstrap, source_topic, spec["topic"], group, spec["checkpoint"])
     return eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"], spec["checkpoint"])
@@ -61,7 +60,7 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
     failures = []
     for query in started:  # every query to its end, a failed one's error raised after the others
         try:
-            query.awaitTermination()
+            await_end(query)
         except Exception as error:  # noqa: BLE001 - raised below
             failures.append(error)
     if failures:

@@ -5,6 +5,7 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from .copy_query import await_end, to_the_end
 from .kafka_tools import (
     committed_offsets,
     create_topic,
@@ -42,9 +43,8 @@ def source(spark, bootstrap: str, topic: str, schema: str | None = None, **optio
 
 def run_available_now(frame, checkpoint: str, recorder: BatchRecorder, timeout: float = 240.0):
     """Run a query with Trigger.AvailableNow to completion; return it (for progress and errors)."""
-    query = (frame.writeStream.foreachBatch(recorder).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    finished = query.awaitTermination(timeout)
+    query = to_the_end(frame.writeStream.foreachBatch(recorder).option("checkpointLocation", checkpoint)).start()
+    finished = await_end(query, timeout)
     if not finished:
         query.stop()
         raise AssertionError(f"the query did not finish in {timeout:.0f} s")
@@ -69,9 +69,10 @@ def logged_batches(checkpoint: str | Path, log: str) -> set[str]:
 
 
 def run_to_end(writer, checkpoint: str, timeout: float = 300.0):
-    """Start with Trigger.AvailableNow and wait; a failed query raises StreamingQueryException."""
-    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-    if not query.awaitTermination(timeout):
+    """Start with Trigger.AvailableNow (copy_query.to_the_end) and wait; a failed query raises
+    StreamingQueryException."""
+    query = to_the_end(writer.option("checkpointLocation", checkpoint)).start()
+    if not await_end(query, timeout):
         query.stop()
         raise AssertionError(f"the query did not finish in {timeout:.0f} s")
     return query

@@ -19,6 +19,7 @@ from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs, executor_logs
 
+from .copy_query import await_end, to_the_end
 from .kafka_tools import committed_offsets, last_stable_offsets, read_committed, wait_until, write_transactions
 from .spark_tools import PARTITIONS, Pipeline, eos_pipeline
 
@@ -56,7 +57,7 @@ def test_a_rebalance_during_a_batch_commits_it_under_the_new_generation(spark_cl
                         report_dir=str(tmp_path))
     writer = eos_pipeline(spark_cluster, pipeline.bootstrap, pipeline.input, pipeline.output, pipeline.group,
                           startingOffsets="earliest", maxOffsetsPerTrigger=9)
-    query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(availableNow=True).start()
+    query = to_the_end(writer.option("checkpointLocation", pipeline.checkpoint)).start()
     try:
         wait_until(lambda: not query.isActive or faults.stall_report(marker, "stalled", tmp_path), 120,
                    "the write task to stall")
@@ -67,7 +68,7 @@ def test_a_rebalance_during_a_batch_commits_it_under_the_new_generation(spark_cl
         wait_until(lambda: max(recorded_generations(pipeline.bootstrap, pipeline.group)) > first, 60,
                    "the rebalance that follows the added partition")
         resume.write_text("go")
-        assert query.awaitTermination(300), "the query did not finish in 300 s"  # raises if it failed
+        assert await_end(query, 300), "the query did not finish in 300 s"  # raises if it failed
     finally:
         resume.write_text("go")
         if query.isActive:

@@ -73,6 +73,9 @@ def test_transactional_ids_per_worker_slot(spark, kafka, tmp_path):
     assert query.awaitTermination(300)
     assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # 8 tasks per batch
     ids_per_worker_slot(transactional_ids(bootstrap, prefix), prefix, group, source)
+    # The driver's check at start initialized one producer under the tasks' prefix, and no other.
+    assert transactional_ids(bootstrap, prefix, probe=True) - transactional_ids(bootstrap, prefix) == {
+        f"{prefix}.{group}.driver-check.0"}
     written = sorted(r.value for r in read_committed(bootstrap, sink))
     assert written == sorted(r.value for r in read_committed(bootstrap, source, partitions=INPUT_PARTITIONS))
     assert len(written) == 3 * INPUT_PARTITIONS * 2  # rounds 0, 2 and 3 of 5 committed, 2 records per partition

@@ -379,3 +379,53 @@ def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(mon
 def test_the_removed_transactional_id_per_option_says_to_drop_it(value):
     with pytest.raises(ConfigurationError, match=f"transactionalIdPer='{value}' is no longer supported.*drop the option"):
         SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "transactionalIdPer": value})
+
+
+# ------------------------------------------------------------------------------- the driver's checks at start
+
+def _sink(**options) -> SinkOptions:
+    return SinkOptions.parse({"kafka.bootstrap.servers": "b:9092", "topic": "t", **options})
+
+
+@pytest.mark.parametrize("options, streaming, scope, claims", [
+    ({"kafka.group.id": "g"}, True, "g", {"READ", "WRITE"}),
+    ({}, True, "query-", {"READ", "WRITE"}),
+    ({"txnAppId": "nightly", "txnVersion": "3"}, False, "app-nightly", {"READ", "WRITE"}),
+    # A batch write without a group or app id takes "no-group" ids, or "query-<id>" in foreachBatch.
+    ({}, False, None, {"WRITE"}),
+])
+def test_the_driver_checks_the_ids_and_claims_operations_the_tasks_will_use(options, streaming, scope, claims):
+    from pyspark_eos.sink.driver_checks import claims_operations_needed, id_scope
+
+    assert id_scope(_sink(**options), streaming) == scope
+    assert claims_operations_needed(_sink(**options), streaming) == claims
+
+
+@pytest.mark.parametrize("code, start", [
+    ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "the principal may not use the sink's transactional ids p.g.* at b:9092"),
+    ("_UNSUPPORTED_FEATURE", "the cluster at b:9092 does not support Kafka transactions"),
+    ("UNSUPPORTED_VERSION", "the cluster at b:9092 does not support Kafka transactions"),
+    ("_TIMED_OUT", "no transaction coordinator answered at b:9092 within 5 s"),
+    ("COORDINATOR_NOT_AVAILABLE", "no transaction coordinator answered at b:9092 within 5 s"),
+    ("INVALID_TRANSACTION_TIMEOUT", "option kafka.transaction.timeout.ms=60000 is above the brokers'"),
+    ("_TRANSPORT", None),
+])
+def test_a_refused_transactional_producer_on_the_driver_is_explained_by_its_code(code, start):
+    from pyspark_eos.sink.driver_checks import transactions_refusal
+
+    message = transactions_refusal(code, "p.g.", "b:9092", 5, 60000)
+    assert (message if start is None else message[:len(start)]) == start
+
+
+@pytest.mark.parametrize("authorized, needed, missing", [
+    ({"READ", "WRITE", "DESCRIBE"}, {"READ", "WRITE"}, None),
+    ({"ALL"}, {"READ", "WRITE"}, None),
+    ({"WRITE", "DESCRIBE"}, {"READ", "WRITE"}, "READ"),
+    ({"WRITE", "DESCRIBE"}, {"WRITE"}, None),
+    (None, {"READ", "WRITE"}, "READ and WRITE"),
+])
+def test_the_claims_topic_refusal_names_the_missing_operations(authorized, needed, missing):
+    from pyspark_eos.sink.driver_checks import claims_refusal
+
+    message = claims_refusal("c", "b:9092", authorized, needed)
+    assert message is None if missing is None else message.startswith(f"the principal may not {missing} the claims")

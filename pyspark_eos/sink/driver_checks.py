@@ -1,0 +1,151 @@
+"""What the sink checks on the driver before its first task: that the cluster runs transactions
+for the sink's transactional ids, and, for exactly-once, that the principal may use the claims topic.
+
+Without these checks every write task fails alike, after its worker made a producer, with Kafka's
+error code and no fix: a Kafka-compatible service without transactions refuses InitProducerId; a
+cluster with fewer brokers than ``transaction.state.log.replication.factor`` (3 by default) cannot
+create its transaction state topic, so no transaction coordinator ever answers and each task waits
+out its timeout; a missing ACL on the transactional ids or the claims topic refuses every attempt.
+
+The driver makes one transactional producer under the sink's id prefix (InitProducerId: the ACL on
+the ids and a coordinator, as a task's producer needs them) and reads the principal's operations on
+the claims topic. ``transactions_refusal`` and ``claims_refusal`` decide from the answers alone.
+"""
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
+
+from ..errors import ConfigurationError, KafkaClientError
+from ..kafka.clients import close_client
+from ..kafka.cluster import contact_admin
+from ..kafka.options import files_explained
+from .options import EXACTLY_ONCE, SinkOptions
+from .transactional_id_factory import transactional_id
+
+log = logging.getLogger(__name__)
+
+# The probe's id sits under the prefix of the ids the tasks take (the ACL that lets them lets it),
+# beside theirs: transactional_id(prefix, scope, executor, slot) with an executor id no executor has.
+PROBE_EXECUTOR = "driver-check"
+_UNSUPPORTED = {"_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION", "UNSUPPORTED_FOR_MESSAGE_FORMAT"}
+_UNAVAILABLE = {"_TIMED_OUT", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"}
+_checked: set[tuple] = set()
+
+
+def id_scope(options: SinkOptions, streaming: bool) -> str | None:
+    """The part of the tasks' transactional ids after the prefix (transactional_writer._id_scope),
+    as far as the driver knows it: None where it cannot tell (a batch write without a group or
+    txnAppId takes ``no-group``, or ``query-<id>`` inside foreachBatch)."""
+    if options.group_id:
+        return options.group_id
+    if options.txn_app_id:
+        return f"app-{options.txn_app_id}"
+    return "query-" if streaming else None
+
+
+def transactions_refusal(code: str, id_prefix: str, servers: str, timeout_s: float, timeout_ms: int) -> str | None:
+    """What to tell the user when the probe's InitProducerId failed with ``code``; None: not a
+    refusal the driver can explain (the tasks report it)."""
+    if code == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+        return (f"the principal may not use the sink's transactional ids {id_prefix}* at {servers} "
+                f"(TRANSACTIONAL_ID_AUTHORIZATION_FAILED): grant WRITE on them, e.g. kafka-acls.sh --bootstrap-server "
+                f"{servers} --add --allow-principal <principal> --operation Write --transactional-id {id_prefix} "
+                "--resource-pattern-type prefixed (docs/security.md)")
+    if code in _UNSUPPORTED:
+        return (f"the cluster at {servers} does not support Kafka transactions ({code}): the sink writes every task "
+                "in a transaction, with either delivery guarantee; use a cluster that supports them")
+    if code in _UNAVAILABLE:
+        return (f"no transaction coordinator answered at {servers} within {timeout_s:.0f} s ({code}): the cluster "
+                "cannot run transactions now. A cluster with fewer brokers than its transaction.state.log."
+                "replication.factor (default 3) cannot create its transaction state topic: set it and "
+                "transaction.state.log.min.isr to at most the number of brokers; otherwise see the brokers' logs")
+    if code == "INVALID_TRANSACTION_TIMEOUT":
+        return (f"option kafka.transaction.timeout.ms={timeout_ms} is above the brokers' transaction.max.timeout.ms "
+                f"at {servers} (INVALID_TRANSACTION_TIMEOUT): lower it, or raise transaction.max.timeout.ms on the "
+                "brokers")
+    return None
+
+
+def claims_operations_needed(options: SinkOptions, streaming: bool) -> set[str]:
+    """The claims topic: every exactly-once write appends its plan record there; its tasks also
+    read the claims, except a plain batch write without a group or txnAppId (docs/security.md)."""
+    reads = streaming or options.group_id is not None or options.txn_app_id is not None
+    return {"WRITE", "READ"} if reads else {"WRITE"}
+
+
+def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed: set[str]) -> str | None:
+    """``authorized``: the principal's operations on the claims topic, None when Kafka refused to
+    describe it (no ACL on it at all)."""
+    missing = needed if authorized is None else needed - authorized - ({"READ", "WRITE"} if "ALL" in authorized
+                                                                       else set())
+    if not missing:
+        return None
+    operations = " ".join(f"--operation {operation.capitalize()}" for operation in sorted(missing))
+    return (f"the principal may not {' and '.join(sorted(missing))} the claims topic {topic!r} at {servers}: grant "
+            f"it, e.g. kafka-acls.sh --bootstrap-server {servers} --add --allow-principal <principal> {operations} "
+            f"--topic {topic} (docs/security.md), or name a topic it may use with the option claimsTopic")
+
+
+def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
+    """Fail, naming the fix, when the tasks' transactions or claims would be refused; once per
+    process and write configuration (Spark builds a writer every micro-batch)."""
+    key = (options.bootstrap_servers, tuple(sorted(options.kafka.items())), options.transactional_id_prefix,
+           options.group_id, options.txn_app_id, options.claims_topic, options.transaction_timeout_ms, streaming)
+    if key in _checked:
+        return
+    if options.delivery_guarantee == EXACTLY_ONCE:
+        _check_claims(options, streaming, timeout_s)
+    scope = id_scope(options, streaming)
+    if scope is not None:
+        _probe_transactions(options, scope, timeout_s)
+    _checked.add(key)
+
+
+def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> None:
+    probe_id = transactional_id(options.transactional_id_prefix, scope, PROBE_EXECUTOR, 0)
+    # What the ACL names: the ids of a group or app (<prefix>.<scope>.), or of any query (<prefix>.query-).
+    id_prefix = f"{options.transactional_id_prefix}.{scope}" + ("" if scope.endswith("-") else ".")
+    with files_explained(options.kafka):
+        producer = Producer({**options.kafka, "bootstrap.servers": options.bootstrap_servers,
+                             "transactional.id": probe_id, "transaction.timeout.ms": options.transaction_timeout_ms})
+    try:
+        producer.init_transactions(timeout_s)
+    except KafkaException as error:
+        code = error.args[0].name()
+        message = transactions_refusal(code, id_prefix, options.bootstrap_servers, timeout_s,
+                                       options.transaction_timeout_ms)
+        if message is None:
+            raise KafkaClientError(f"the sink's check of its transactions at {options.bootstrap_servers} failed: "
+                                   f"{error.args[0]}") from error
+        raise (KafkaClientError if code in _UNAVAILABLE else ConfigurationError)(message) from error
+    finally:
+        close_client(producer)
+
+
+def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
+    authorized = _claims_operations(options, timeout_s)
+    if authorized == "unknown":
+        return
+    message = claims_refusal(options.claims_topic, options.bootstrap_servers, authorized,
+                             claims_operations_needed(options, streaming))
+    if message is not None:
+        raise ConfigurationError(message)
+
+
+def _claims_operations(options: SinkOptions, timeout_s: float):
+    """The principal's operations on the claims topic; None: none at all (Kafka refuses to
+    describe it); "unknown": the topic is not there yet, or the broker does not report them."""
+    admin, _ = contact_admin(options.kafka, options.bootstrap_servers)
+    described = admin.describe_topics(TopicCollection([options.claims_topic]), request_timeout=timeout_s,
+                                      include_authorized_operations=True)
+    try:
+        operations = described[options.claims_topic].result(timeout_s).authorized_operations
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return None
+        if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return "unknown"  # made on first use: a principal without CREATE is told so there, on the driver
+        raise
+    return "unknown" if operations is None else {operation.name for operation in operations}
