@@ -13,7 +13,10 @@ its error.
 import json
 import sys
 
-from copy_query import await_end, copy_writer, to_the_end  # run as a script: tests/ is first on sys.path
+try:  # run as a script: tests/ is first on sys.path
+    from copy_query import await_end, copy_writer, to_the_end
+except ImportError:  # imported by the tests (test_any_source) as tests.driver_kill_job
+    from .copy_query import await_end, copy_writer, to_the_end
 from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
 

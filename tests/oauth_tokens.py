@@ -13,8 +13,9 @@ import time
 def unsecured_token(config: str):
     settings = dict(item.split("=", 1) for item in config.split())
     issued = time.time()
-    expiry = issued + float(settings.get("lifetime", 3600))
-    claims = {"sub": settings.get("sub", "eos"), "iat": int(issued), "exp": int(expiry)}
+    # The expiry the client is told is the token's own (whole seconds, as its exp claim).
+    expiry = int(issued + float(settings.get("lifetime", 3600)))
+    claims = {"sub": settings.get("sub", "eos"), "iat": int(issued), "exp": expiry}
     token = f"{_part({'alg': 'none'})}.{_part(claims)}."
     if "log" in settings:
         with open(settings["log"], "a") as log:

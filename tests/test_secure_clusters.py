@@ -7,8 +7,10 @@ connectTimeoutMs."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
+import confluent_kafka
 import pytest
 
 from pyspark_eos.errors import KafkaClientError
@@ -17,8 +19,8 @@ from pyspark_eos.testing.fault_injection import WORKER_BEFORE_COMMIT, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs
 from pyspark_eos.testing.secure_listeners import client_settings
 
-from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
-from .spark_tools import Pipeline
+from .kafka_tools import create_topic, read_committed, unique_name, wait_until, write_transactions
+from .spark_tools import Pipeline, eos_pipeline
 from .test_operator_status import run_cli
 
 CONNECT_TIMEOUT_S = 20.0
@@ -118,22 +120,62 @@ def test_a_key_file_missing_on_a_host_fails_naming_the_file_and_the_host(secure,
 
 
 TOKEN_PROVIDER = "tests.oauth_tokens:unsecured_token"
+# Clients fetch tokens in librdkafka's background thread from this confluent-kafka release on;
+# the package refuses kafka.oauth_cb with an older one (kafka/callbacks.py).
+BACKGROUND_TOKENS = tuple(int(part) for part in confluent_kafka.__version__.split(".")[:2]) >= (2, 13)
+
+
+def oauth_settings(cluster, log, lifetime: int) -> dict[str, str]:
+    return {"kafka.security.protocol": "SASL_SSL", "kafka.ssl.ca.location": str(cluster.tls.ca),
+            "kafka.sasl.mechanism": "OAUTHBEARER", "kafka.oauth_cb": TOKEN_PROVIDER,
+            "kafka.sasl.oauthbearer.config": f"sub=eos lifetime={lifetime} log={log}"}
+
+
+def issued_tokens(log) -> dict[int, list[float]]:
+    """When each process took a token (tests/oauth_tokens.py's log)."""
+    issued: dict[int, list[float]] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        pid, at = line.split()
+        issued.setdefault(int(pid), []).append(float(at))
+    return issued
 
 
 @pytest.mark.compat
-def test_oauth_tokens_from_a_provider_named_by_import_path_carry_the_source_and_the_sink(secure, spark, tmp_path):
+def test_oauth_tokens_from_a_provider_named_by_import_path_carry_a_query_and_are_renewed_as_they_expire(
+        secure, spark, tmp_path):
+    lifetime = 6
     log = tmp_path / "tokens.log"
-    settings = {"kafka.security.protocol": "SASL_SSL", "kafka.ssl.ca.location": str(secure.tls.ca),
-                "kafka.sasl.mechanism": "OAUTHBEARER", "kafka.oauth_cb": TOKEN_PROVIDER,
-                "kafka.sasl.oauthbearer.config": f"sub=eos lifetime=3600 log={log}"}
-    pipeline = Pipeline(secure, tmp_path, rounds=2)
-    pipeline.run(spark, servers=secure.listener("SASL_SSL"), sink_options=settings, maxOffsetsPerTrigger=100,
-                 **settings)
+    settings = oauth_settings(secure, log, lifetime)
+    pipeline = Pipeline(secure, tmp_path, rounds=1)
+    if not BACKGROUND_TOKENS:
+        with pytest.raises(Exception, match=rf"option kafka.oauth_cb needs confluent-kafka 2.13 or newer here, "
+                                            rf"found {re.escape(confluent_kafka.__version__)}"):
+            pipeline.run(spark, servers=secure.listener("SASL_SSL"), sink_options=settings, **settings)
+        return
+    writer = eos_pipeline(spark, secure.listener("SASL_SSL"), pipeline.input, pipeline.output, pipeline.group,
+                          sink_options=settings, startingOffsets="earliest", **settings)
+    query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="1 second").start()
+    try:
+        for round_ in range(1, 4):
+            copied(pipeline, query, f"round {round_}")
+            # The query's long-lived clients outlive their tokens: some process takes a token
+            # round_ lifetimes after its first one, while the query keeps copying.
+            wait_until(lambda: any(at[-1] - at[0] > round_ * lifetime for at in issued_tokens(log).values()), 120,
+                       f"a process to renew its token {round_} lifetimes on")
+            pipeline.add_input(round_, 1)
+        copied(pipeline, query, "the last round")
+    finally:
+        query.stop()
     pipeline.assert_exactly_once()
     # Imported in each process that made a client: the driver's Python runners (planning, the
     # sink's checks) and the tasks' workers.
-    pids = {int(line.split()[0]) for line in log.read_text().splitlines()}
-    assert len(pids) > 2, pids
+    assert len(issued_tokens(log)) > 2, issued_tokens(log)
+
+
+def copied(pipeline, query, what: str) -> None:
+    wait_until(lambda: sorted(pipeline.output_values()) == sorted(pipeline.input_values()) or not query.isActive,
+               120, f"the query to copy {what}")
+    assert query.isActive, query.exception()
 
 
 def test_a_token_provider_that_cannot_be_imported_is_refused_naming_the_option(secure, spark):

@@ -7,18 +7,23 @@ module must be installed, or shipped with ``--py-files``, everywhere the job run
 
 For ``oauth_cb``, confluent-kafka calls ``function(sasl.oauthbearer.config)`` when a client
 needs a token; it returns ``(token, expiry in seconds since the epoch)`` or ``(token, expiry,
-principal, extensions)``.
+principal, extensions)``. confluent-kafka 2.13 and newer call it from librdkafka's background
+thread; older releases only inside ``poll()``, which the package's admin clients and producers
+are not, so they would never get a token.
 """
 from __future__ import annotations
 
 import functools
 import importlib
+import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, MissingDependencyError
 
 CALLBACK_SETTINGS = ("oauth_cb",)
+# The first confluent-kafka release that serves oauth_cb from librdkafka's background thread.
+OAUTH_CB_SINCE = "2.13"
 
 
 @dataclass(frozen=True)
@@ -30,20 +35,51 @@ class ImportedCallable:
     path: str
 
     def __call__(self, *args):
-        return resolve(self.option, self.path)(*args)
+        result = resolve(self.option, self.path)(*args)
+        return refresh_early(result) if self.option == "kafka.oauth_cb" else result
 
     def __str__(self) -> str:
         return self.path
 
 
+def refresh_early(token: tuple) -> tuple:
+    """The token with half its remaining life reported to librdkafka, which fetches the next one at
+    80% of what it is told (checked once a second). The broker asks a client to re-authenticate at
+    90% of a session it ends with the token (KIP-368): for a token of a few seconds the
+    re-authentication comes first, with the old token, and Kafka refuses a second one within a
+    second ("Request not valid in current SASL state"), dropping the connection. The token itself
+    stays valid until its own expiry."""
+    value, expiry, *rest = token
+    now = time.time()
+    return (value, now + max(0.0, expiry - now) / 2, *rest)
+
+
 def with_callbacks(params: dict) -> dict:
     """``params`` with each callback setting's ``module:function`` checked and made callable."""
+    if isinstance(params.get("oauth_cb"), str):
+        _require_background_tokens()
     for name in CALLBACK_SETTINGS:
         if isinstance(params.get(name), str):
             callback = ImportedCallable(f"kafka.{name}", params[name].strip())
             resolve(callback.option, callback.path)  # fails here, on the driver, naming the option
             params[name] = callback
     return params
+
+
+def _require_background_tokens() -> None:
+    import confluent_kafka
+
+    found = confluent_kafka.__version__
+    if _release(found) < _release(OAUTH_CB_SINCE):
+        raise MissingDependencyError(
+            f"option kafka.oauth_cb needs confluent-kafka {OAUTH_CB_SINCE} or newer here, found {found}: older "
+            "releases ask for a token only inside poll(), which eos-kafka's admin clients and producers never call; "
+            f"upgrade it (pip install 'confluent-kafka>={OAUTH_CB_SINCE}')")
+
+
+def _release(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
 
 
 @functools.lru_cache(maxsize=None)
