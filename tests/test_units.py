@@ -1,6 +1,8 @@
 """Pure logic: option parsing and executor identity (no broker, no Spark)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pyspark_eos.testing.embedded_kafka import free_ports, random_cluster_id
@@ -113,12 +115,29 @@ def test_a_callback_option_names_a_callable_that_pickles_and_compares_by_its_pat
     params = kafka_params({"kafka.oauth_cb": " tests.oauth_tokens:unsecured_token ", "kafka.sasl.mechanism": "x"})
     callback = params["oauth_cb"]
     assert pickle.loads(pickle.dumps(callback)) == callback and {callback: 1}[callback] == 1
-    token, expiry = callback("sub=eos lifetime=5")
-    assert token.count(".") == 2 and expiry > 0
+    before = time.time()
+    token, expiry = callback("sub=eos lifetime=100")
+    # librdkafka is told half the token's remaining life (callbacks.refresh_early): it fetches the
+    # next token at 80% of that, before the broker asks the connection to re-authenticate.
+    assert token.count(".") == 2 and before + 49 <= expiry <= time.time() + 50
     for path, says in [("tokens", "module:function"), ("no_such_module:f", "cannot be imported"),
                        ("tests.oauth_tokens:missing", "has no callable 'missing'")]:
         with pytest.raises(ConfigurationError, match=says):
             kafka_params({"kafka.oauth_cb": path})
+
+
+def test_a_token_provider_is_refused_with_a_confluent_kafka_that_fetches_tokens_only_in_poll(monkeypatch):
+    import confluent_kafka
+
+    from pyspark_eos.errors import MissingDependencyError
+    from pyspark_eos.kafka.options import kafka_params
+
+    monkeypatch.setattr(confluent_kafka, "__version__", "2.12.2")
+    with pytest.raises(MissingDependencyError, match=r"option kafka.oauth_cb needs confluent-kafka 2.13 or newer "
+                                                     r"here, found 2.12.2"):
+        kafka_params({"kafka.oauth_cb": "tests.oauth_tokens:unsecured_token"})
+    monkeypatch.setattr(confluent_kafka, "__version__", "2.13.0")
+    assert kafka_params({"kafka.oauth_cb": "tests.oauth_tokens:unsecured_token"})["oauth_cb"]
 
 
 def test_the_operator_commands_take_a_token_provider_by_import_path():
