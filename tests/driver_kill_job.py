@@ -14,9 +14,9 @@ import json
 import sys
 
 try:  # run as a script: tests/ is first on sys.path
-    from copy_query import await_end, copy_writer, to_the_end
+    from copy_query import await_end, copy_writer
 except ImportError:  # imported by the tests (test_any_source) as tests.driver_kill_job
-    from .copy_query import await_end, copy_writer, to_the_end
+    from .copy_query import await_end, copy_writer
 from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
 
@@ -43,7 +43,8 @@ def eos_writer(frame, bootstrap: str, topic: str, prefix: str, checkpoint: str, 
               .option("transactionalIdPrefix", prefix).option("checkpointLocation", checkpoint))
     for key, value in sink_options.items():
         writer = writer.option(key, str(value))
-    return to_the_end(writer)
+    # Spark's own file and rate sources take Trigger.AvailableNow on every PySpark release.
+    return writer.trigger(availableNow=True)
 
 
 def writer(spark, bootstrap: str, spec: dict):
@@ -61,9 +62,9 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
             arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
     started = [writer(spark, bootstrap, spec).start() for spec in specs]
     failures = []
-    for query in started:  # every query to its end, a failed one's error raised after the others
+    for spec, query in zip(specs, started):  # every query to its end, a failed one's error raised after the others
         try:
-            await_end(query)
+            await_end(query) if spec["source"].startswith("kafka:") else query.awaitTermination()
         except Exception as error:  # noqa: BLE001 - raised below
             failures.append(error)
     if failures:

@@ -16,6 +16,9 @@ import pytest
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
                                    ResourceType)
 
+from pyspark_eos.errors import EosKafkaError
+from pyspark_eos.sink.driver_checks import check_sink_can_commit
+from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 from pyspark_eos.testing.secure_listeners import SASL_USERS, client_settings
 
@@ -24,7 +27,7 @@ from .kafka_tools import create_topic, read_committed, unique_name
 PIPELINE_USER = next(iter(SASL_USERS))
 CONNECT_TIMEOUT_MS = 5000
 # The connect timeout bounds the driver's check; Spark plans the write in Python workers it may
-# have to start first.
+# have to start first. One case runs a write through Spark; the others call the driver's check.
 CEILING_S = CONNECT_TIMEOUT_MS / 1000 + 20
 
 
@@ -63,23 +66,28 @@ class IdempotentWrite:
     def id_prefix(self) -> str:
         return f"{self.prefix}.app-{self.app}."
 
-    def run(self, spark) -> float:
+    def options(self) -> dict[str, str]:
         settings = client_settings(self.cluster.tls, "SASL_SSL")
-        options = {"kafka.bootstrap.servers": self.cluster.listener("SASL_SSL"), "topic": self.output,
-                   "transactionalIdPrefix": self.prefix, "claimsTopic": self.claims, "txnAppId": self.app,
-                   "txnVersion": "1", "connectTimeoutMs": str(CONNECT_TIMEOUT_MS),
-                   **{f"kafka.{key}": value for key, value in settings.items()}}
-        started = time.monotonic()
-        spark.createDataFrame([("k", "v")], "key string, value string").write.format("eos-kafka") \
-            .mode("append").options(**options).save()
-        return time.monotonic() - started
+        return {"kafka.bootstrap.servers": self.cluster.listener("SASL_SSL"), "topic": self.output,
+                "transactionalIdPrefix": self.prefix, "claimsTopic": self.claims, "txnAppId": self.app,
+                "txnVersion": "1", "connectTimeoutMs": str(CONNECT_TIMEOUT_MS),
+                **{f"kafka.{key}": value for key, value in settings.items()}}
 
     def refused(self, spark, message: str) -> None:
+        """The write fails on the driver (where Spark builds its writer) with ``message``, and none
+        of its tasks ran."""
         started = time.monotonic()
-        with pytest.raises(Exception, match=message):
-            self.run(spark)
+        with pytest.raises(Exception, match=message) as failure:
+            spark.createDataFrame([("k", "v")], "key string, value string").write.format("eos-kafka") \
+                .mode("append").options(**self.options()).save()
         assert time.monotonic() - started < CEILING_S
+        assert "Failed to initialize Python data source writer" in str(failure.value)
         assert read_committed(self.cluster.bootstrap_servers, self.output) == []
+
+    def checked(self, message: str) -> None:
+        """The same check, called as the driver calls it."""
+        with pytest.raises(EosKafkaError, match=message):
+            check_sink_can_commit(SinkOptions.parse(self.options()), False, CONNECT_TIMEOUT_MS / 1000)
 
 
 def test_a_principal_without_the_acl_on_the_transactional_ids_is_refused_naming_it(spark, guarded):
@@ -91,18 +99,18 @@ def test_a_principal_without_the_acl_on_the_transactional_ids_is_refused_naming_
 
 
 @pytest.mark.parametrize("granted, missing", [([], "READ and WRITE"), (["WRITE"], "READ")])
-def test_a_principal_without_the_acls_on_the_claims_topic_is_refused_naming_them(spark, guarded, granted, missing):
+def test_a_principal_without_the_acls_on_the_claims_topic_is_refused_naming_them(guarded, granted, missing):
     write = IdempotentWrite(guarded)
     allow(guarded, ["WRITE"], "TRANSACTIONAL_ID", write.id_prefix, prefixed=True)
     if granted:
         allow(guarded, granted, "TOPIC", write.claims)
-    write.refused(spark, re.escape(f"the principal may not {missing} the claims topic {write.claims!r} at "
+    write.checked(re.escape(f"the principal may not {missing} the claims topic {write.claims!r} at "
                                    f"{guarded.listener('SASL_SSL')}: grant it"))
 
 
-def test_a_cluster_whose_transaction_coordinator_never_answers_is_refused_saying_why(spark, guarded):
+def test_a_cluster_whose_transaction_coordinator_never_answers_is_refused_saying_why(guarded):
     write = IdempotentWrite(guarded)
     allow(guarded, ["WRITE"], "TRANSACTIONAL_ID", write.id_prefix, prefixed=True)
     allow(guarded, ["READ", "WRITE"], "TOPIC", write.claims)
-    write.refused(spark, re.escape(f"no transaction coordinator answered at {guarded.listener('SASL_SSL')} within "
+    write.checked(re.escape(f"no transaction coordinator answered at {guarded.listener('SASL_SSL')} within "
                                    f"{CONNECT_TIMEOUT_MS // 1000} s"))
