@@ -15,7 +15,7 @@ bootstrap, source_topic, sink_topic, group, checkpoint = sys.argv[1:6]
 spark = local_spark_session("local[2]", app_name="eos-kafka older pyspark")
 frame = (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("subscribe", source_topic).option("kafka.group.id", group)
-         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3").load())
+         .option("startingOffsets", "group").option("startingOffsetsFallback", "earliest").option("maxOffsetsPerTrigger", "3").load())
 query = (frame.select("key", "value").writeStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", sink_topic).option("kafka.group.id", group).option("checkpointLocation", checkpoint).start())
 query.processAllAvailable()

@@ -50,14 +50,21 @@ def test_rate_limited_exactly_once_pipeline_on_older_pyspark_and_the_oldest_brok
     write_transactions(bootstrap, source, [(True, [(0, b"a%d" % i) for i in range(5)]),
                                            (False, [(0, b"x"), (0, b"y")]),
                                            (True, [(0, b"b0"), (0, b"b1")])])
-    result = subprocess.run([str(older_pyspark_python(version)), str(CHECKOUT / "tests" / "older_pyspark_job.py"),
-                             bootstrap, source, sink, group, str(tmp_path / "checkpoint")],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-5000:]
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    def run_job() -> dict:
+        result = subprocess.run([str(older_pyspark_python(version)), str(CHECKOUT / "tests" / "older_pyspark_job.py"),
+                                 bootstrap, source, sink, group, str(tmp_path / "checkpoint")],
+                                capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-5000:]
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    outcome = run_job()
     assert (outcome["pyspark"], outcome["sink_writer"]) == (version, writer)
     assert _broker_version(oldest_kafka) == OLDEST_KAFKA
     assert outcome["rows_per_batch"] == [3, 2, 2]  # [0,3) [3,6) [6,9): only aborted records, [9,12)
+    # Restarted after a committed batch (Spark tells the new source process nothing of where it
+    # ended), the query continues from the group's offsets, 3 offsets a batch.
+    write_transactions(bootstrap, source, [(True, [(0, b"c%d" % i) for i in range(4)])])
+    assert run_job()["rows_per_batch"] == [3, 1]
     assert sorted(r.value for r in read_committed(bootstrap, sink)) == sorted(r.value for r in read_committed(bootstrap, source))
     assert committed_offsets(bootstrap, group, source, 1) == last_stable_offsets(bootstrap, source, 1)
 

@@ -6,8 +6,11 @@ restart from (previous end, end) alone, so nothing here may depend on state that
 
 Admission control (``latestOffset(start, limit)``, ``getDefaultReadLimit``) and
 Trigger.AvailableNow exist from PySpark 4.2. On 4.0/4.1 Spark calls ``latestOffset()`` with no
-arguments; the stream then continues from the end it returned last and applies
-maxOffsetsPerTrigger itself.
+arguments; the stream then continues from the end of the last batch it knows of in this process
+(one it returned, or a replayed one Spark planned) and applies maxOffsetsPerTrigger itself. A query
+restarted after a committed batch tells the new process nothing before its first
+``latestOffset()``: that one begins at the starting offsets, which only ``startingOffsets=group``
+(the group's offsets, committed with the batches' output) places at the query's progress.
 """
 from __future__ import annotations
 
@@ -86,6 +89,9 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict):
+        # A restarted query's replayed batch is planned from Spark's offset log before any
+        # latestOffset() (4.0/4.1): the next batch continues from its end.
+        self._last_end = from_json(end)
         return self.planner.plan(from_json(start), from_json(end))
 
     def read(self, partition):
