@@ -106,14 +106,17 @@ def python_for(row: Row) -> Path:
 
 def run_row(row: Row, workdir: Path, pytest_args: list[str]) -> Outcome:
     report = workdir / f"{row.name}.xml"
+    report.unlink(missing_ok=True)  # an earlier run's report must not stand for this one
     python = python_for(row)
     log.info("%s: Kafka %s, PySpark %s, confluent-kafka %s: running the compat tests", row.name, row.kafka,
              row.pyspark, row.confluent_kafka)
     started = time.monotonic()
-    subprocess.run([str(python), "-m", "pytest", "-m", "compat", "-n", "2", "--dist", "loadgroup", "-q",
+    finished = subprocess.run([str(python), "-m", "pytest", "-m", "compat", "-n", "2", "--dist", "loadgroup", "-q",
                     "-p", "no:cacheprovider", f"--junitxml={report}", *pytest_args, *compat_modules()],
                    cwd=CHECKOUT, env={**os.environ, KAFKA_VERSION_ENV: row.kafka})
     outcome = _outcome(row, report, time.monotonic() - started)
+    if finished.returncode != 0 and not outcome.failed:
+        outcome.failed.append(f"pytest exited with {finished.returncode}: see its output above")
     log.info("%s: %s (%d passed, %d failed) in %.0f s", row.name, outcome.verdict, outcome.passed,
              len(outcome.failed), outcome.seconds)
     return outcome

@@ -6,6 +6,8 @@ PySpark only, so it runs wherever the scripts' Python finds pyspark and the eos-
 on PySpark 4.0 and 4.1, which give a Python source no admission control and run a query whose source
 cannot take Trigger.AvailableNow as one single batch; there with the default trigger until
 ``processAllAvailable`` returns."""
+import threading
+
 import pyspark
 
 AVAILABLE_NOW = tuple(int(part) for part in pyspark.__version__.split(".")[:2]) >= (4, 2)
@@ -19,9 +21,23 @@ def await_end(query, timeout: float | None = None) -> bool:
     """Whether the query reached its input's end (within ``timeout``); raises if it failed."""
     if AVAILABLE_NOW:
         return query.awaitTermination(timeout) if timeout is not None else query.awaitTermination() or True
-    query.processAllAvailable()
+    failure = []
+    waiting = threading.Thread(target=lambda: _process_all(query, failure), daemon=True)
+    waiting.start()
+    waiting.join(timeout)
+    if waiting.is_alive():
+        return False  # the caller stops the query
     query.stop()
+    if failure:
+        raise failure[0]
     return True
+
+
+def _process_all(query, failure: list) -> None:
+    try:
+        query.processAllAvailable()
+    except Exception as error:  # noqa: BLE001 - raised by await_end, in the caller's thread
+        failure.append(error)
 
 
 def copy_writer(spark, bootstrap: str, source_topic: str, sink_topic: str, group: str, checkpoint: str):

@@ -69,7 +69,9 @@ def with_callbacks(params: dict) -> dict:
 def _require_background_tokens() -> None:
     import confluent_kafka
 
-    found = confluent_kafka.__version__
+    from .dependencies import _version_of
+
+    found = _version_of(confluent_kafka)
     if _release(found) < _release(OAUTH_CB_SINCE):
         raise MissingDependencyError(
             f"option kafka.oauth_cb needs confluent-kafka {OAUTH_CB_SINCE} or newer here, found {found}: older "

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollectio
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.clients import close_client
 from ..kafka.cluster import contact_admin
-from ..kafka.options import files_explained
+from ..kafka.options import files_explained, local_files_refused
 from .options import EXACTLY_ONCE, SinkOptions
 from .transactional_id_factory import transactional_id
 
@@ -47,7 +47,7 @@ def id_scope(options: SinkOptions, streaming: bool) -> str | None:
 
 def transactions_refusal(code: str, id_prefix: str, servers: str, timeout_s: float, timeout_ms: int) -> str | None:
     """What to tell the user when the probe's InitProducerId failed with ``code``; None: not a
-    refusal the driver can explain (the tasks report it)."""
+    refusal (the tasks try again, and report what lasts)."""
     if code == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
         return (f"the principal may not use the sink's transactional ids {id_prefix}* at {servers} "
                 f"(TRANSACTIONAL_ID_AUTHORIZATION_FAILED): grant WRITE on them, e.g. kafka-acls.sh --bootstrap-server "
@@ -90,17 +90,28 @@ def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed
 
 def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
     """Fail, naming the fix, when the tasks' transactions or claims would be refused; once per
-    process and write configuration (Spark builds a writer every micro-batch)."""
+    process and write configuration (Spark builds a writer every micro-batch). What cannot be
+    decided here (a client file present only on the executors, an answer that is no refusal) is
+    logged and left to the tasks."""
     key = (options.bootstrap_servers, tuple(sorted(options.kafka.items())), options.transactional_id_prefix,
-           options.group_id, options.txn_app_id, options.claims_topic, options.transaction_timeout_ms, streaming)
+           options.group_id, options.txn_app_id, options.claims_topic, options.transaction_timeout_ms,
+           options.delivery_guarantee, streaming)
     if key in _checked:
         return
-    if options.delivery_guarantee == EXACTLY_ONCE:
-        _check_claims(options, streaming, timeout_s)
-    scope = id_scope(options, streaming)
-    if scope is not None:
-        _probe_transactions(options, scope, timeout_s)
-    _checked.add(key)
+    try:
+        decided = options.delivery_guarantee != EXACTLY_ONCE or _check_claims(options, streaming, timeout_s)
+        scope = id_scope(options, streaming)
+        if scope is not None:
+            _probe_transactions(options, scope, timeout_s)
+    except (KafkaException, KafkaClientError) as error:
+        text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
+        if not local_files_refused(text, options.kafka):
+            raise
+        log.warning("the sink's transactions and claims are not checked on the driver: %s (the executors' clients "
+                    "will use those files)", text)
+        return
+    if decided:  # a claims topic made later is checked then
+        _checked.add(key)
 
 
 def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> None:
@@ -116,36 +127,46 @@ def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> N
         code = error.args[0].name()
         message = transactions_refusal(code, id_prefix, options.bootstrap_servers, timeout_s,
                                        options.transaction_timeout_ms)
-        if message is None:
-            raise KafkaClientError(f"the sink's check of its transactions at {options.bootstrap_servers} failed: "
-                                   f"{error.args[0]}") from error
+        if message is None:  # no refusal: the tasks' producers try again, for longer
+            log.warning("the sink's check of its transactions at %s got %s; the tasks will tell",
+                        options.bootstrap_servers, error.args[0])
+            return
         raise (KafkaClientError if code in _UNAVAILABLE else ConfigurationError)(message) from error
     finally:
         close_client(producer)
 
 
-def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
+def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> bool:
+    """Whether the principal's operations on the claims topic were decided (and fine)."""
     authorized = _claims_operations(options, timeout_s)
     if authorized == "unknown":
-        return
+        return False
     message = claims_refusal(options.claims_topic, options.bootstrap_servers, authorized,
                              claims_operations_needed(options, streaming))
     if message is not None:
         raise ConfigurationError(message)
+    return True
 
 
 def _claims_operations(options: SinkOptions, timeout_s: float):
     """The principal's operations on the claims topic; None: none at all (Kafka refuses to
-    describe it); "unknown": the topic is not there yet, or the broker does not report them."""
-    admin, _ = contact_admin(options.kafka, options.bootstrap_servers)
+    describe it); "unknown": the topic is not there yet, the broker does not report them, or
+    did not answer."""
+    with files_explained(options.kafka):
+        admin, _ = contact_admin(options.kafka, options.bootstrap_servers)
     described = admin.describe_topics(TopicCollection([options.claims_topic]), request_timeout=timeout_s,
                                       include_authorized_operations=True)
     try:
-        operations = described[options.claims_topic].result(timeout_s).authorized_operations
+        operations = described[options.claims_topic].result(timeout_s + 5).authorized_operations
     except KafkaException as error:
         if error.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             return None
-        if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return "unknown"  # made on first use: a principal without CREATE is told so there, on the driver
-        raise
-    return "unknown" if operations is None else {operation.name for operation in operations}
+        # UNKNOWN_TOPIC_OR_PART: made on first use, and a principal without CREATE is told so there.
+        log.debug("the claims topic %r could not be described: %s", options.claims_topic, error.args[0])
+        return "unknown"
+    except TimeoutError:
+        return "unknown"
+    names = {operation.name for operation in operations or ()}
+    # DESCRIBE comes with any operation on a topic the principal may describe: a set without it
+    # (None, or a broker's empty bit field) reports nothing.
+    return names if "DESCRIBE" in names else "unknown"
