@@ -69,7 +69,7 @@ def with_callbacks(params: dict) -> dict:
 def _require_background_tokens() -> None:
     import confluent_kafka
 
-    from .dependencies import _version_of
+    from .dependencies import _release, _version_of
 
     found = _version_of(confluent_kafka)
     if _release(found) < _release(OAUTH_CB_SINCE):
@@ -77,11 +77,6 @@ def _require_background_tokens() -> None:
             f"option kafka.oauth_cb needs confluent-kafka {OAUTH_CB_SINCE} or newer here, found {found}: older "
             "releases ask for a token only inside poll(), which eos-kafka's admin clients and producers never call; "
             f"upgrade it (pip install 'confluent-kafka>={OAUTH_CB_SINCE}')")
-
-
-def _release(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
-    return int(major), int(minor)
 
 
 @functools.lru_cache(maxsize=None)
