@@ -132,10 +132,23 @@ def test_the_troubleshooting_page_covers_every_error_class():
     assert [n for n in names if n != "EosKafkaError" and n not in page] == []
 
 
+@pytest.fixture(scope="module")
+def pages_kafka(kafka, tmp_path_factory) -> str:
+    """Where the pages' examples run: the session's broker, but an embedded one of their own when
+    the session's is external. The examples' topics have the names a reader sees on the page
+    (``orders``), which are nobody's to create or fill on a user's cluster, and which a second run
+    against the same cluster would find there already."""
+    if kafka.cluster is not None:
+        yield kafka.bootstrap_servers
+        return
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path_factory.mktemp("pages-kafka")) as cluster:
+        yield cluster.bootstrap_servers
+
+
 @pytest.mark.parametrize("path", [p for p in PAGES if read_page(p).blocks], ids=page_id)
-def test_the_page_runs(path, kafka, spark, tmp_path, monkeypatch):
+def test_the_page_runs(path, pages_kafka, spark, tmp_path, monkeypatch):
     page = read_page(path)
-    with page_broker(page, kafka.bootstrap_servers, tmp_path) as broker, contextlib.ExitStack() as stack:
+    with page_broker(page, pages_kafka, tmp_path) as broker, contextlib.ExitStack() as stack:
         runner = PageRunner(page, broker, spark, tmp_path)
         if page.wants("connect"):  # bash blocks are Spark Connect clients of a server of the page's own
             runner.env["SPARK_REMOTE"] = stack.enter_context(local_connect_server(tmp_path / "connect-server.log"))
