@@ -31,6 +31,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -345,6 +346,28 @@ def _copy_some(consumer: Consumer, producer: Producer, source: str, output: str,
     return copied
 
 
+# ------------------------------------------------------------------------------- cold jobs
+
+BENCHMARKS_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: int, name: str, size: int) -> Run:
+    """``name``'s copy in a fresh driver process of its own (``cold_job.py``): a Spark session, one
+    AvailableNow query, the end. Timed from the query's start(); the process's whole life, Spark's
+    start included, is ``extra["process_s"]``."""
+    command = [sys.executable, "-m", "benchmarks.cold_job", "--contender", name, "--bootstrap", ground.bootstrap,
+               "--source", source, "--partitions", str(partitions), "--records", str(records), "--batch", str(batch),
+               "--size", str(size), "--work", str(ground.work / unique("cold"))]
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=BENCHMARKS_ROOT)
+    process_s = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"the cold job of {name} exited with {result.returncode}: {result.stderr[-3000:]}")
+    run = Run(**json.loads(result.stdout.strip().splitlines()[-1]))
+    run.extra["process_s"] = round(process_s, 3)
+    return run
+
+
 # --------------------------------------------------------------------------- source, sink alone
 
 FORMATS = {"eos-kafka": "eos-kafka", "spark-kafka": "kafka"}
@@ -387,6 +410,7 @@ class SteadyRun:
     latencies: list[tuple[int, float]]  # (sent at, ns since the epoch; ms until a read_committed consumer had it)
     workers: list[dict]
     rss_mib_series: dict[str, list[tuple[int, float]]]  # per Python worker: (seconds, MiB)
+    catch_up_s: float  # from the input's end until the query had read every record
 
 
 def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: float, batch: int | None = None,
@@ -410,7 +434,9 @@ def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: 
             writer.start()
             written = writer.finish(lambda: log.info("%s: %d records written, %d batches run", name, writer.written,
                                                      _batches(query)))
+            input_ended = time.monotonic()
             _wait_caught_up(query, written)
+            catch_up_s = time.monotonic() - input_ended
             elapsed = time.monotonic() - started
         if latency:
             latency.wait_for(written)
@@ -421,7 +447,7 @@ def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: 
     return SteadyRun(name, elapsed, written, count_committed(ground.bootstrap, output, partitions), _batches(query),
                      latency.latencies if latency else [], sampler.summary() if sample_every_s else [],
                      {str(t.pid): [(round(at), round(kb / 1024, 1)) for at, kb in t.rss_kb]
-                      for t in sampler.traces.values() if t.role == "worker"})
+                      for t in sampler.traces.values() if t.role == "worker"}, catch_up_s)
 
 
 def _continuous_copy(ground: Ground, name: str, source: str, output: str, batch: int | None):

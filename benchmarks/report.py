@@ -197,6 +197,45 @@ def print_variant(row: dict, spark: dict) -> None:
           + f" (total {sum(cpu_us.values()):.1f} us)")
 
 
+def print_cold(rows: list[dict]) -> None:
+    """One case of cold jobs: each contender's throughput from start() to the end against Spark's
+    connector, where its time went, its CPU per million records (every process), and eos-kafka's
+    ratio once Spark's charge for any Python pipeline (python-stream's) is taken out."""
+    by_name = {row["contender"]: row for row in rows}
+    spark, python = by_name.get("spark-kafka"), by_name.get("python-stream")
+    first = rows[0]
+    print(f"\nCold jobs: {first['records']:,} records of {first['record_bytes']:,} B, a fresh driver process each, "
+          f"medians of {first['repeats']}")
+    _print_line(["contender", "records/s", "vs spark-kafka", "seconds", "start+stop ms", "1st batch ms",
+                 "later p50 ms", "CPU s / M rec", "process s", "out ok"])
+    for row in rows:
+        ratio = _ratio(row, spark, "median_records_per_s")
+        _print_line([row["contender"], f"{row['median_records_per_s']:,.0f}", f"{ratio:.2f}x" if ratio else "-",
+                     f"{row['median_s']:.1f}", ms(row.get("start_stop_ms")), ms(row.get("first_batch_ms")),
+                     ms(row.get("later_batch_p50_ms")), _decimal(row.get("cpu_s_per_million")),
+                     _decimal(row.get("process_s")), output_ok(row)])
+    charge = python_charge_s(python)
+    eos = by_name.get("eos-kafka")
+    if charge is not None and eos and spark and eos["median_s"] > charge:
+        own = spark["median_s"] / (eos["median_s"] - charge)
+        print(f"  Spark's charge for a Python source and sink (python-stream: start+stop, and its first batch over "
+              f"its later ones): {charge:.2f} s; eos-kafka without it {own:.2f}x spark-kafka")
+
+
+def python_charge_s(python_stream: dict | None) -> float | None:
+    """Seconds a query of any Python source and sink pays Spark beyond its batches' work: the time
+    outside batches and the first batch's excess over the later ones, as python-stream ran them."""
+    if not python_stream or None in (python_stream.get(k) for k in ("start_stop_ms", "first_batch_ms",
+                                                                        "later_batch_p50_ms")):
+        return None
+    excess = max(0.0, python_stream["first_batch_ms"] - python_stream["later_batch_p50_ms"])
+    return (python_stream["start_stop_ms"] + excess) / 1000
+
+
+def _decimal(value: float | None) -> str:
+    return f"{value:,.1f}" if value is not None else "-"
+
+
 # ---------------------------------------------------------------------------- result files
 
 def machine() -> dict:
@@ -300,11 +339,12 @@ def _describe_run(run: dict) -> str:
 
 
 # Per scenario: the case's columns, the contender measured against (its ratio's denominator).
-_CASES = {"copy": ("record_bytes",), "alone": ("side",), "scaling": ("partitions",), "per-batch": ("batch_records",),
-          "fencing": ("partitions",), "latency": ("rate",), "memory": ("rate",), "variants": ("record_bytes",)}
+_CASES = {"copy": ("record_bytes",), "cold": ("record_bytes", "records"), "alone": ("side",),
+          "scaling": ("partitions",), "per-batch": ("batch_records",), "fencing": ("partitions",), "latency": ("rate",),
+          "memory": ("rate",), "variants": ("record_bytes",)}
 _REFERENCE = {"fencing": "eos-kafka fencing off"}
 _CASE_UNITS = {"record_bytes": " B", "partitions": " partitions", "batch_records": " records a batch",
-               "rate": " records/s", "side": ""}
+               "rate": " records/s", "side": "", "records": " records"}
 
 
 def _table_row(scenario: str, row: dict, rows: list[dict]) -> str:
@@ -327,6 +367,9 @@ def _result(scenario: str, row: dict, reference: dict | None) -> tuple[str, floa
     if scenario == "latency":
         result = (f"latency p50 {ms(row['latency_p50_ms'])} / p99 {ms(row['latency_p99_ms'])} ms "
                   f"(max {ms(row['latency_max_ms'])}), {row['batches']:,} batches")
+        if "kept_up" in row:
+            result += (f"; {'kept up' if row['kept_up'] else 'fell behind'}, caught up "
+                       f"{row['catch_up_s']:.1f} s after the input's end")
         return result, _ratio(reference, row, "latency_p50_ms")
     if scenario == "memory":
         workers = [w for w in row["workers"] if w["role"] == "worker"]
@@ -344,6 +387,11 @@ def _result(scenario: str, row: dict, reference: dict | None) -> tuple[str, floa
     if scenario == "per-batch":
         return f"batch p50 {ms(row['batch_p50_ms'])} / p99 {ms(row['batch_p99_ms'])} ms", \
             _ratio(reference, row, "batch_p50_ms")
+    if scenario == "cold":
+        result += f"; {row['median_s']:.1f} s from start(); start+stop {ms(row['start_stop_ms'])} ms"
+        if row.get("cpu_s_per_million") is not None:
+            result += f"; CPU {row['cpu_s_per_million']:.1f} s per million records"
+        return result, _ratio(row, reference, "median_records_per_s")
     if scenario == "scaling":
         result += (f"; a batch after the first {ms(row['steady_batch_ms'])} ms; "
                    f"{row['transactional_ids']} transactional ids")

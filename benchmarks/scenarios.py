@@ -159,6 +159,46 @@ def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------------ cold
+
+COLD_CONTENDERS = (EOS, SPARK, PYTHON_STREAM)
+
+
+def cold(ground: Ground, scale: Scale, options: Options) -> list[dict]:
+    """Scheduled jobs: each run a fresh driver process (contenders.cold_job), nothing warm."""
+    rows = []
+    for size, records in scale.cold_cases:
+        source = prepared_input(ground, records, size, scale.partitions)
+        runs: dict[str, list[Run]] = {name: [] for name in COLD_CONTENDERS}
+        for repeat in range(scale.repeats):
+            for name in COLD_CONTENDERS:  # alternated, so that drift hits them alike
+                run = measured(name, contenders.cold_job, ground, source, scale.partitions, records, scale.cold_batch,
+                               name, size)
+                runs[name].append(run)
+                log.info("cold job %d x %d B, repeat %d/%d: %s %.1f s from start() (%.0f records/s), process %.1f s",
+                         records, size, repeat + 1, scale.repeats, name, run.seconds, run.records_per_second,
+                         run.extra.get("process_s", float("nan")))
+        part = [_cold_row(size, r) for r in runs.values()]
+        report.print_cold(part)
+        rows += part
+    return rows
+
+
+def _cold_row(size: int, runs: list[Run]) -> dict:
+    row = report.summarize("cold", {"record_bytes": size}, runs)
+    done = [run for run in runs if "cpu_s" in run.extra]
+    if done:
+        row["cpu_s_per_million"] = statistics.median(sum(run.extra["cpu_s"].values()) / run.records_in * 1e6
+                                                     for run in done)
+        row["cpu_s_per_million_by_group"] = {
+            group: statistics.median(run.extra["cpu_s"][group] / run.records_in * 1e6 for run in done)
+            for group in done[0].extra["cpu_s"]}
+        row["process_s"] = statistics.median(run.extra["process_s"] for run in done)
+        later = [ms for run in done for ms in run.batch_ms[1:]]
+        row["later_batch_p50_ms"] = report.percentile(later, 0.5)
+    return row
+
+
 # ------------------------------------------------------------------------------- per-batch
 
 def per_batch(ground: Ground, scale: Scale, options: Options) -> list[dict]:
@@ -228,30 +268,44 @@ def fencing(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 LATENCY_SETTLE = 0.25
 
 
+# Kept up: every record out within this long after the input ended, and the later half of the
+# settled records no slower than twice the earlier half (a backlog that grows shows in both).
+KEPT_UP_CATCH_UP_S = 5.0
+
+
 def latency(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     rows = []
-    for name in (EOS, SPARK):
-        run = contenders.steady_copy(ground, name, scale.partitions, scale.latency_rate, scale.latency_seconds,
-                                     probe=True)
-        first = min((sent for sent, _ in run.latencies), default=0)
-        settled = [ms for sent, ms in run.latencies if sent >= first + LATENCY_SETTLE * scale.latency_seconds * 1e9]
-        rows.append({"scenario": "latency", "contender": name, "exactly_once": name not in contenders.AT_LEAST_ONCE,
-                     "rate": scale.latency_rate, "records": run.records, "records_out": [run.records_out],
-                     "batches": run.batches, "latency_records": len(settled),
-                     "latency_p50_ms": report.percentile(settled, 0.5),
-                     "latency_p99_ms": report.percentile(settled, 0.99),
-                     "latency_max_ms": max(settled, default=None), "extra": []})
-        log.info("latency: %s p50 %s ms, p99 %s ms over %d records", name, report.ms(rows[-1]["latency_p50_ms"]),
-                 report.ms(rows[-1]["latency_p99_ms"]), len(settled))
-    print(f"\nEnd-to-end latency at {scale.latency_rate:,} records/s for {scale.latency_seconds:g} s "
-          f"(produced -> read by a read_committed consumer; the first {LATENCY_SETTLE:.0%} left out)")
-    header = ["contender", "p50 ms", "p99 ms", "max ms", "records", "batches", "out ok"]
-    print("  ".join(f"{h:>14}" for h in header))
-    for row in rows:
-        cells = [row["contender"], report.ms(row["latency_p50_ms"]), report.ms(row["latency_p99_ms"]),
-                 report.ms(row["latency_max_ms"]), row["latency_records"], row["batches"], report.output_ok(row)]
-        print("  ".join(f"{str(c):>14}" for c in cells))
+    for rate in scale.latency_rates:
+        part = [_latency_row(ground, scale, name, rate) for name in (EOS, SPARK)]
+        print(f"\nEnd-to-end latency at {rate:,} records/s for {scale.latency_seconds:g} s (produced -> read by a "
+              f"read_committed consumer; the first {LATENCY_SETTLE:.0%} left out)")
+        header = ["contender", "p50 ms", "p99 ms", "max ms", "records", "batches", "catch-up s", "kept up", "out ok"]
+        print("  ".join(f"{h:>14}" for h in header))
+        for row in part:
+            cells = [row["contender"], report.ms(row["latency_p50_ms"]), report.ms(row["latency_p99_ms"]),
+                     report.ms(row["latency_max_ms"]), row["latency_records"], row["batches"],
+                     f"{row['catch_up_s']:.1f}", "yes" if row["kept_up"] else "no", report.output_ok(row)]
+            print("  ".join(f"{str(c):>14}" for c in cells))
+        rows += part
     return rows
+
+
+def _latency_row(ground: Ground, scale: Scale, name: str, rate: int) -> dict:
+    run = contenders.steady_copy(ground, name, scale.partitions, rate, scale.latency_seconds, probe=True)
+    first = min((sent for sent, _ in run.latencies), default=0)
+    settled = [ms for sent, ms in sorted(run.latencies)
+               if sent >= first + LATENCY_SETTLE * scale.latency_seconds * 1e9]
+    earlier, later = settled[:len(settled) // 2], settled[len(settled) // 2:]
+    kept_up = (run.catch_up_s <= KEPT_UP_CATCH_UP_S and bool(later)
+               and report.percentile(later, 0.5) <= 2 * report.percentile(earlier or later, 0.5))
+    row = {"scenario": "latency", "contender": name, "exactly_once": name not in contenders.AT_LEAST_ONCE,
+           "rate": rate, "records": run.records, "records_out": [run.records_out], "batches": run.batches,
+           "latency_records": len(settled), "latency_p50_ms": report.percentile(settled, 0.5),
+           "latency_p99_ms": report.percentile(settled, 0.99), "latency_max_ms": max(settled, default=None),
+           "catch_up_s": run.catch_up_s, "kept_up": kept_up, "extra": []}
+    log.info("latency at %d records/s: %s p50 %s ms, p99 %s ms over %d records, kept up: %s", rate, name,
+             report.ms(row["latency_p50_ms"]), report.ms(row["latency_p99_ms"]), len(settled), kept_up)
+    return row
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -322,5 +376,5 @@ def session_conf(spark, conf: dict):
             spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
 
 
-SCENARIOS = {"copy": copy, "alone": alone, "scaling": scaling, "per-batch": per_batch, "fencing": fencing,
-             "latency": latency, "memory": memory, "variants": variants}
+SCENARIOS = {"copy": copy, "cold": cold, "alone": alone, "scaling": scaling, "per-batch": per_batch,
+             "fencing": fencing, "latency": latency, "memory": memory, "variants": variants}

@@ -45,11 +45,13 @@ class Scale:
     fencing_records: int
     fencing_batches: int           # micro-batches per copy
     fencing_claims: int            # write tasks' claims timed alone
-    latency_rate: int              # records/s of the steady producer
+    latency_rates: tuple[int, ...]  # records/s of the steady producer, a run of each contender at each
     latency_seconds: float         # per contender
     memory_minutes: float
     memory_rate: int
     variants_case: tuple[int, int, int]  # (record bytes, records, records per micro-batch)
+    cold_cases: tuple[tuple[int, int], ...]  # (record bytes, records), each job in a fresh driver process
+    cold_batch: int                # records per micro-batch of a cold job
 
     def with_repeats(self, repeats: int) -> Scale:
         return replace(self, repeats=repeats)
@@ -62,32 +64,37 @@ SCALES = {
                    scaling_partitions=(8,), scaling_records=2_000,
                    per_batch_sizes=(500, 1_000), per_batch_batches=1, per_batch_skipped=1,
                    fencing_partitions=(4,), fencing_records=2_000, fencing_batches=2, fencing_claims=16,
-                   latency_rate=500, latency_seconds=2, memory_minutes=0.05, memory_rate=500,
-                   variants_case=(100, 2_000, 1_000)),
+                   latency_rates=(500,), latency_seconds=2, memory_minutes=0.05, memory_rate=500,
+                   variants_case=(100, 2_000, 1_000),
+                   cold_cases=((100, 2_000),), cold_batch=1_000),
     # About 5 minutes on 2 cores: every scenario, small inputs, one repeat; to try a change.
     "quick": Scale("quick", partitions=8, repeats=1, warm_up=True,
                    copy_cases=((100, 40_000), (1000, 40_000)), batch_records=10_000, alone_records=40_000,
                    scaling_partitions=(8, 64), scaling_records=16_000,
                    per_batch_sizes=(1_000, 5_000), per_batch_batches=4, per_batch_skipped=4,
                    fencing_partitions=(8, 64), fencing_records=40_000, fencing_batches=8, fencing_claims=200,
-                   latency_rate=1_000, latency_seconds=30, memory_minutes=1, memory_rate=2_000,
-                   variants_case=(1000, 100_000, 20_000)),
+                   latency_rates=(1_000,), latency_seconds=30, memory_minutes=1, memory_rate=2_000,
+                   variants_case=(1000, 100_000, 20_000),
+                   cold_cases=((1000, 100_000), (100, 200_000)), cold_batch=25_000),
     # Enough records per batch to compare one change's effect.
     "medium": Scale("medium", partitions=8, repeats=2, warm_up=True,
                     copy_cases=((100, 400_000), (1000, 200_000)), batch_records=50_000, alone_records=200_000,
                     scaling_partitions=(8, 64, 256), scaling_records=64_000,
                     per_batch_sizes=(1_000, 10_000), per_batch_batches=12, per_batch_skipped=4,
                     fencing_partitions=(8, 64), fencing_records=100_000, fencing_batches=8, fencing_claims=200,
-                    latency_rate=2_000, latency_seconds=60, memory_minutes=3, memory_rate=5_000,
-                    variants_case=(1000, 600_000, 100_000)),
+                    latency_rates=(2_000,), latency_seconds=60, memory_minutes=3, memory_rate=5_000,
+                    variants_case=(1000, 600_000, 100_000),
+                    cold_cases=((1000, 400_000), (100, 800_000)), cold_batch=100_000),
     # The figures to quote; per-task costs make 1024 partitions slow, hence one run per case there.
     "full": Scale("full", partitions=8, repeats=3, warm_up=True,
                   copy_cases=((100, 3_000_000), (1000, 2_000_000)), batch_records=100_000, alone_records=500_000,
                   scaling_partitions=(8, 64, 256, 1024), scaling_records=256_000,
                   per_batch_sizes=(1_000, 10_000, 100_000), per_batch_batches=8, per_batch_skipped=4,
                   fencing_partitions=(8, 64), fencing_records=400_000, fencing_batches=8, fencing_claims=200,
-                  latency_rate=5_000, latency_seconds=120, memory_minutes=20, memory_rate=5_000,
-                  variants_case=(1000, 2_000_000, 100_000)),
+                  latency_rates=(5_000, 50_000), latency_seconds=120, memory_minutes=20, memory_rate=5_000,
+                  variants_case=(1000, 2_000_000, 100_000),
+                  cold_cases=((1000, 400_000), (1000, 1_000_000), (100, 800_000), (100, 2_000_000)),
+                  cold_batch=100_000),
 }
 
 

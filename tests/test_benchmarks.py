@@ -57,6 +57,11 @@ def test_the_scenarios_measured_what_they_report(smoke_run):
     assert copy == {"eos-kafka", "eos-kafka at-least-once", "spark-kafka", "spark-kafka -> eos-kafka", "kafka-copier",
                     "python-loop"}
     assert all(row["median_records_per_s"] > 0 for row in _rows(smoke_run, "copy"))
+    cold = {row["contender"]: row for row in _rows(smoke_run, "cold")}
+    assert list(cold) == ["eos-kafka", "spark-kafka", PYTHON_STREAM]
+    for row in cold.values():  # a process of its own, Spark's start outside the time from start()
+        assert row["process_s"] > row["median_s"] > 0 and row["cpu_s_per_million"] > 0, row
+        assert row["cpu_s_per_million_by_group"]["python"] > 0 or row["contender"] == "spark-kafka", row
     assert {(row["side"], row["contender"]) for row in _rows(smoke_run, "alone")} == {
         (side, name) for side in ("source", "sink") for name in ("eos-kafka", "spark-kafka")}
     ids = {row["contender"]: row["transactional_ids"] for row in _rows(smoke_run, "scaling")}

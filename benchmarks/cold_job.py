@@ -1,0 +1,59 @@
+"""One copy as a scheduled job runs it: a fresh driver process with a Spark session of its own,
+one ``Trigger.AvailableNow`` query, and the process ends. The ``cold`` scenario starts this module
+once per run (``contenders.cold_job``), so that nothing is warm: not the JVM's code, not Spark's
+Python workers, not a Kafka client.
+
+    python -m benchmarks.cold_job --contender eos-kafka --bootstrap HOST:PORT --source TOPIC \\
+        --partitions 8 --records 400000 --batch 100000 --size 1000 --work DIR
+
+Prints one JSON line: the run as ``contenders._run_stream`` measured it (from the query's
+``start()`` to its end; CPU seconds of every process of the job, by group), and the seconds the
+process took to build its Spark session.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from . import contenders
+
+COLD_CONTENDERS = {
+    "eos-kafka": contenders.eos_kafka_copy,
+    "spark-kafka": contenders.spark_kafka_copy,
+    "python-stream": contenders.python_stream_copy,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cold_job", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--contender", choices=list(COLD_CONTENDERS), required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--source", required=True)
+    for number in ("--partitions", "--records", "--batch", "--size"):
+        parser.add_argument(number, type=int, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    started = time.perf_counter()
+    ground = contenders.start_ground(args.bootstrap, args.work)
+    session_s = time.perf_counter() - started
+    try:
+        copy = COLD_CONTENDERS[args.contender]
+        extra_args = (args.size,) if args.contender == "python-stream" else ()
+        run = copy(ground, args.source, args.partitions, args.records, args.batch, *extra_args)
+    finally:
+        ground.spark.stop()
+    run.extra["session_s"] = round(session_s, 3)
+    print(json.dumps(asdict(run)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
