@@ -214,22 +214,31 @@ def print_cold(rows: list[dict]) -> None:
                      f"{row['median_s']:.1f}", ms(row.get("start_stop_ms")), ms(row.get("first_batch_ms")),
                      ms(row.get("later_batch_p50_ms")), _decimal(row.get("cpu_s_per_million")),
                      _decimal(row.get("process_s")), output_ok(row)])
-    charge = python_charge_s(python)
     eos = by_name.get("eos-kafka")
-    if charge is not None and eos and spark and eos["median_s"] > charge:
+    fixed = {name: fixed_cost_s(by_name.get(name)) for name in ("eos-kafka", "python-stream", "spark-kafka")}
+    if None not in fixed.values():
+        print("  a query's fixed seconds (start+stop, first batch over later ones): "
+              + ", ".join(f"{name} {seconds:.2f}" for name, seconds in fixed.items()))
+    charge = python_charge_s(python, spark)
+    if charge is not None and eos and eos["median_s"] > charge:
         own = spark["median_s"] / (eos["median_s"] - charge)
-        print(f"  Spark's charge for a Python source and sink (python-stream: start+stop, and its first batch over "
-              f"its later ones): {charge:.2f} s; eos-kafka without it {own:.2f}x spark-kafka")
+        print(f"  Spark's charge for a Python source and sink (python-stream's fixed seconds over spark-kafka's): "
+              f"{charge:.2f} s; eos-kafka without it {own:.2f}x spark-kafka")
 
 
-def python_charge_s(python_stream: dict | None) -> float | None:
-    """Seconds a query of any Python source and sink pays Spark beyond its batches' work: the time
-    outside batches and the first batch's excess over the later ones, as python-stream ran them."""
-    if not python_stream or None in (python_stream.get(k) for k in ("start_stop_ms", "first_batch_ms",
-                                                                        "later_batch_p50_ms")):
+def fixed_cost_s(row: dict | None) -> float | None:
+    """A query's fixed seconds: its time outside batches and its first batch's excess over its later ones."""
+    if not row or None in (row.get(k) for k in ("start_stop_ms", "first_batch_ms", "later_batch_p50_ms")):
         return None
-    excess = max(0.0, python_stream["first_batch_ms"] - python_stream["later_batch_p50_ms"])
-    return (python_stream["start_stop_ms"] + excess) / 1000
+    return (row["start_stop_ms"] + max(0.0, row["first_batch_ms"] - row["later_batch_p50_ms"])) / 1000
+
+
+def python_charge_s(python_stream: dict | None, spark: dict | None) -> float | None:
+    """What Spark charges a query of any Python source and sink beyond what a query of its own
+    Kafka connector pays once: the difference of their fixed costs (a fresh Python process for the
+    source, the Python workers' start and imports in the first batch)."""
+    python_fixed, spark_fixed = fixed_cost_s(python_stream), fixed_cost_s(spark)
+    return None if python_fixed is None or spark_fixed is None else max(0.0, python_fixed - spark_fixed)
 
 
 def _decimal(value: float | None) -> str:
