@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollectio
 
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.clients import close_client
-from ..kafka.cluster import contact_admin
+from ..kafka.cluster import connected, contact_admin
 from ..kafka.options import files_explained, local_files_refused
 from .options import EXACTLY_ONCE, SinkOptions
 from .transactional_id_factory import transactional_id
@@ -122,7 +122,12 @@ def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> N
         producer = Producer({**options.kafka, "bootstrap.servers": options.bootstrap_servers,
                              "transactional.id": probe_id, "transaction.timeout.ms": options.transaction_timeout_ms})
     try:
-        producer.init_transactions(timeout_s)
+        # A metadata request first, as for the tasks' producers (kafka.cluster.connected): sent
+        # before any connection is up, init_transactions waits for librdkafka's 500 ms retry timer.
+        connected(producer, options.bootstrap_servers, timeout_s).init_transactions(timeout_s)
+    except KafkaClientError as error:  # the metadata request: nothing refused, the tasks will tell
+        log.warning("the sink's check of its transactions at %s could not ask for metadata: %s",
+                    options.bootstrap_servers, error)
     except KafkaException as error:
         code = error.args[0].name()
         message = transactions_refusal(code, id_prefix, options.bootstrap_servers, timeout_s,
