@@ -28,9 +28,9 @@ def stream(kafka):
     """Builds driver-side readers as Spark would, and stops their group membership afterwards."""
     readers = []
 
-    def build(topic: str, group: str) -> KafkaMicroBatchStream:
+    def build(topic: str, group: str, starting: str = "earliest") -> KafkaMicroBatchStream:
         options = SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
-                                       "kafka.group.id": group, "startingOffsets": "earliest"}, streaming=True)
+                                       "kafka.group.id": group, "startingOffsets": starting}, streaming=True)
         readers.append(KafkaMicroBatchStream(options))
         return readers[-1]
 
@@ -42,6 +42,17 @@ def stream(kafka):
 def plan_one_batch(reader: KafkaMicroBatchStream):
     start = reader.initialOffset()
     return reader.partitions(start, reader.latestOffset(start, None))
+
+
+def test_a_query_run_has_one_start_however_often_spark_asks(kafka, stream):
+    # Spark asks initialOffset() twice as a query starts; records arriving in between must not
+    # move a "latest" start (Spark's own Kafka source keeps its initial offsets too).
+    topic = create_topic(kafka.bootstrap_servers, unique_name("one-start"), partitions=2)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, b"a"), (1, b"b")])])
+    reader = stream(topic, unique_name("one-start"), starting="latest")
+    first = reader.initialOffset()
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, b"c"), (1, b"d")])])
+    assert reader.initialOffset() == first == {topic: {"0": 2, "1": 2}}
 
 
 def try_commit(producer, topic: str, metadata: bytes, offset: int = 1) -> KafkaError | None:

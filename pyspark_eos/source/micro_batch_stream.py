@@ -38,19 +38,25 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._latest: Offsets | None = None
         self._available_now_end: Offsets | None = None
         self._completed: Offsets | None = None
+        self._initial: Offsets | None = None
 
     @property
     def options(self) -> SourceOptions:
         return self.planner.options
 
     def initialOffset(self) -> dict:
-        # Join (and so fence an older instance of the pipeline) before reading the group's offsets:
-        # a transaction the old instance still has open then holds them, and is waited out (G5).
-        self.planner.join_group()
-        start = self.planner.resolve(self.options.starting, self.planner.kafka.topic_partitions())
-        log.info("query starts at %s (startingOffsets: %s)", to_json(start), self.options.starting.kind)
-        self._completed = start  # where the query starts is no batch completed: nothing to commit
-        return to_json(start)
+        # Spark asks more than once as a query starts (twice on 4.3): one answer per run, as
+        # Spark's own Kafka source keeps its initial offsets, so that "latest" cannot move between
+        # the asks, and the lookups are made once.
+        if self._initial is None:
+            # Join (and so fence an older instance of the pipeline) before reading the group's
+            # offsets: a transaction the old instance still has open then holds them, and is
+            # waited out (G5).
+            self.planner.join_group()
+            self._initial = self.planner.resolve(self.options.starting, self.planner.kafka.topic_partitions())
+            log.info("query starts at %s (startingOffsets: %s)", to_json(self._initial), self.options.starting.kind)
+            self._completed = self._initial  # where the query starts is no batch completed: nothing to commit
+        return to_json(self._initial)
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         # Keeps the query in its consumer group from its first batch on, and stops a fenced one early.
@@ -129,4 +135,4 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __getstate__(self):
         return {"planner": self.planner, "_last_end": None, "_latest": None, "_available_now_end": None,
-                "_completed": None}
+                "_completed": None, "_initial": None}
