@@ -1,11 +1,12 @@
 """eos-kafka side by side with Spark's Kafka connector (and, in the copy, Kafka's own exactly-once
-copier and the plain Python client), on one embedded broker and one local[2] Spark session.
+copier and the plain Python client), on one embedded broker and one local[2] Spark session (the
+cold scenario's jobs: a fresh driver process and session each).
 
     .venv/bin/python -m benchmarks.bench [--scenario NAME[,NAME...]] [--scale smoke|quick|medium|full]
     .venv/bin/python -m benchmarks.bench --scenario variants --variant NAME SETTING... [--size B --records N --batch N]
 
-Scenarios (benchmarks/README.md, "What is measured"): copy, alone, scaling, per-batch, fencing,
-latency, memory, variants; all of them by default. Prints a table per scenario, appends the run
+Scenarios (benchmarks/README.md, "What is measured"): copy, cold, alone, scaling, per-batch,
+fencing, latency, memory, variants; all of them by default. Prints a table per scenario, appends the run
 to benchmarks/results/history.jsonl, writes results/latest.csv and the plots, and rewrites the
 results at the top of benchmarks/README.md (``python -m benchmarks.report``).
 """
