@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from confluent_kafka import (OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection,
-                             TopicPartition)
+from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigurationError, KafkaClientError
@@ -33,9 +32,6 @@ LIST_OFFSETS_REQUEST_TIMEOUT_S = 10.0
 # epoch), or its request went unanswered. librdkafka's admin client kept asking an old leader for
 # minutes after its broker stopped.
 STALE_CLIENT_CODES = LEADERSHIP_CODES | {KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
-# How a describe request tells a subscribed topic the principal cannot use: it is not there, or it
-# may not be described (listed, such a topic was left out, as one that is not there).
-_MISSING_TOPIC_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED})
 
 
 class KafkaOffsetReader:
@@ -61,39 +57,22 @@ class KafkaOffsetReader:
         subscription = self.options.subscription
         if subscription.kind == "assign":
             return list(subscription.assigned)
-        if subscription.kind == "subscribe":
-            return self._subscribed_partitions(subscription.topics)
         metadata = list_topics(self.admin, self.options.bootstrap_servers, REQUEST_TIMEOUT_S)
-        return sorted(
+        found = sorted(
             (topic.topic, partition)
             for topic in metadata.topics.values()
             if topic.error is None and subscription.matches(topic.topic)
             for partition in topic.partitions
         )
-
-    def _subscribed_partitions(self, topics) -> list[TopicPartitionKey]:
-        """The named topics' partitions, described alone (as Spark's Kafka source does): asked every
-        batch, the metadata of every topic of a cluster with thousands would cost each batch more
-        than the rest of its planning. A describe request never creates a topic."""
-        futures = self.admin.describe_topics(TopicCollection(list(topics)), request_timeout=REQUEST_TIMEOUT_S)
-        found, missing = [], []
-        for topic, future in sorted(futures.items()):
-            try:
-                found += [(topic, partition.id) for partition in future.result(REQUEST_TIMEOUT_S + 5).partitions]
-            except KafkaException as error:
-                if error.args[0].code() not in _MISSING_TOPIC_CODES:
-                    raise KafkaClientError(f"describing topic {topic!r} at {self.options.bootstrap_servers} failed: "
-                                           f"{error.args[0]}") from error
-                missing.append(topic)
-            except TimeoutError as error:
-                raise KafkaClientError(f"describing topic {topic!r} at {self.options.bootstrap_servers} got no answer "
-                                       f"in {REQUEST_TIMEOUT_S:.0f} s") from error
-        if missing:
-            raise ConfigurationError(
-                f"subscribed topic(s) {', '.join(missing)} do not exist at {self.options.bootstrap_servers}; create "
-                f"them (e.g. {create_command(self.options.bootstrap_servers, missing)}) or fix the subscribe option"
-            )
-        return sorted(found)
+        if subscription.kind == "subscribe":
+            missing = set(subscription.topics) - {topic for topic, _ in found}
+            if missing:
+                raise ConfigurationError(
+                    f"subscribed topic(s) {', '.join(sorted(missing))} do not exist at "
+                    f"{self.options.bootstrap_servers}; create them (e.g. "
+                    f"{create_command(self.options.bootstrap_servers, sorted(missing))}) or fix the subscribe option"
+                )
+        return found
 
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> Offsets:
         return self._list_offsets({tp: OffsetSpec.earliest() for tp in partitions}, "earliest")
