@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource
 from ..errors import ConfigurationError, KafkaClientError
 from .backoff import error_code
 from .handshake_refusals import HandshakeRefusals, refusal_error
-from .options import files_explained, local_files_refused
+from .options import files_explained, left_to_executors
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +155,8 @@ def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | Non
         # would (allow.auto.create.topics, true for producers, and the broker's auto.create.topics.enable).
         admin, refusals = contact_admin(kafka_params, servers)
     except KafkaException as error:
-        if not local_files_refused(error.args[0].str(), kafka_params):
+        if not left_to_executors(error.args[0].str(), kafka_params, "the sink's cluster and topic"):
             raise
-        log.warning("the sink's cluster and topic are not checked on the driver: %s (the executors' clients "
-                    "will use those files)", error.args[0].str())
         return
     metadata = first_contact(admin, servers, timeout_s, topic, refusals=refusals, kafka_params=kafka_params)
     if topic is not None:

@@ -115,11 +115,7 @@ def _check_client_settings(params: tuple[tuple[str, str], ...], role: str) -> No
         client = (Producer if role == "sink" else Consumer)({**dict(params), **_CHECKED_AS[role], "log_level": 0})
     except KafkaException as error:
         text = error.args[0].str().strip()
-        if local_files_refused(text, dict(params)):
-            # Certificates and plugins may exist only where the tasks run (shipped with --files):
-            # the driver cannot judge them, the executors' clients will.
-            log.warning("the eos-kafka %s's Kafka settings could not be checked on the driver (%s); the "
-                        "executors' clients will check them", role, text)
+        if left_to_executors(text, dict(params), f"the eos-kafka {role}'s Kafka settings"):
             return
         raise ConfigurationError(f"a kafka.* option of the eos-kafka {role} is refused by the Kafka client "
                                  f"(librdkafka): {text}; fix or remove it (kafka.* options are librdkafka settings, "
@@ -131,6 +127,17 @@ def _check_client_settings(params: tuple[tuple[str, str], ...], role: str) -> No
 def local_files_refused(error_text: str, params: Mapping[str, str]) -> bool:
     """Whether librdkafka refused a client because of a file or plugin named by a setting."""
     return any(name in error_text for name in params if name.endswith(".location") or name == "plugin.library.paths")
+
+
+def left_to_executors(error_text: str, params: Mapping[str, str], what: str) -> bool:
+    """Whether a driver-side check must leave ``what`` to the executors' clients, saying so: a
+    client refused for a file or plugin a setting names, which may exist only where the tasks run
+    (shipped with --files), so that the driver cannot judge it."""
+    if not local_files_refused(error_text, params):
+        return False
+    log.warning("%s could not be checked on the driver (%s); the executors' clients will check them", what,
+                error_text)
+    return True
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollectio
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.clients import close_client
 from ..kafka.cluster import connected, contact_admin
-from ..kafka.options import files_explained, local_files_refused
+from ..kafka.options import files_explained, left_to_executors
 from .options import EXACTLY_ONCE, SinkOptions
 from .transactional_id_factory import transactional_id
 
@@ -105,10 +105,8 @@ def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: floa
             _probe_transactions(options, scope, timeout_s)
     except (KafkaException, KafkaClientError) as error:
         text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
-        if not local_files_refused(text, options.kafka):
+        if not left_to_executors(text, options.kafka, "the sink's transactions and claims"):
             raise
-        log.warning("the sink's transactions and claims are not checked on the driver: %s (the executors' clients "
-                    "will use those files)", text)
         return
     if decided:  # a claims topic made later is checked then
         _checked.add(key)
