@@ -15,7 +15,7 @@ import pytest
 
 from pyspark_eos.errors import KafkaClientError
 from pyspark_eos.kafka.callbacks import OAUTH_CB_SINCE
-from pyspark_eos.kafka.dependencies import _release
+from pyspark_eos.kafka.dependencies import release
 from pyspark_eos.kafka.cluster import reachable_admin
 from pyspark_eos.testing.fault_injection import WORKER_BEFORE_COMMIT, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs
@@ -124,7 +124,7 @@ def test_a_key_file_missing_on_a_host_fails_naming_the_file_and_the_host(secure,
 TOKEN_PROVIDER = "tests.oauth_tokens:unsecured_token"
 # Clients fetch tokens in librdkafka's background thread from this confluent-kafka release on;
 # the package refuses kafka.oauth_cb with an older one (kafka/callbacks.py).
-BACKGROUND_TOKENS = _release(confluent_kafka.__version__) >= _release(OAUTH_CB_SINCE)
+BACKGROUND_TOKENS = release(confluent_kafka.__version__) >= release(OAUTH_CB_SINCE)
 
 
 def oauth_settings(cluster, log, lifetime: int) -> dict[str, str]:

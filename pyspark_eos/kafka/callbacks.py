@@ -69,10 +69,10 @@ def with_callbacks(params: dict) -> dict:
 def _require_background_tokens() -> None:
     import confluent_kafka
 
-    from .dependencies import _release, _version_of
+    from .dependencies import release, version_of
 
-    found = _version_of(confluent_kafka)
-    if _release(found) < _release(OAUTH_CB_SINCE):
+    found = version_of(confluent_kafka)
+    if release(found) < release(OAUTH_CB_SINCE):
         raise MissingDependencyError(
             f"option kafka.oauth_cb needs confluent-kafka {OAUTH_CB_SINCE} or newer here, found {found}: older "
             "releases ask for a token only inside poll(), which eos-kafka's admin clients and producers never call; "

@@ -28,20 +28,21 @@ def require_confluent_kafka() -> None:
         raise MissingDependencyError(
             f"eos-kafka needs confluent-kafka, which {sys.executable} cannot import ({error}); {install}"
         ) from None
-    found = _version_of(confluent_kafka)
-    if _release(found) < CONFLUENT_KAFKA_MINIMUM:
+    found = version_of(confluent_kafka)
+    if release(found) < CONFLUENT_KAFKA_MINIMUM:
         raise MissingDependencyError(
             f"eos-kafka needs confluent-kafka {wanted} or newer; {sys.executable} has {found}: {install}"
         )
 
 
-def _version_of(module) -> str:
+def version_of(module) -> str:
     # version() gave a (string, int) tuple in older releases and a string in newer ones.
     found = getattr(module, "__version__", None) or module.version()
     return found[0] if isinstance(found, tuple) else found
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a version string, suffixes ignored ("2.13.0rc1" -> (2, 13))."""
     numbers = []
     for part in version.split(".")[:2]:
         digits = "".join(c for c in part if c.isdigit())
