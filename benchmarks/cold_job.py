@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import contenders
 
-COLD_CONTENDERS = {
+COPIES = {  # the cold scenario's contenders, in the order they alternate
     "eos-kafka": contenders.eos_kafka_copy,
     "spark-kafka": contenders.spark_kafka_copy,
     "python-stream": contenders.python_stream_copy,
@@ -31,7 +31,7 @@ COLD_CONTENDERS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cold_job", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--contender", choices=list(COLD_CONTENDERS), required=True)
+    parser.add_argument("--contender", choices=list(COPIES), required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--source", required=True)
     for number in ("--partitions", "--records", "--batch", "--size"):
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ground = contenders.start_ground(args.bootstrap, args.work)
     session_s = time.perf_counter() - started
     try:
-        copy = COLD_CONTENDERS[args.contender]
+        copy = COPIES[args.contender]
         extra_args = (args.size,) if args.contender == "python-stream" else ()
         run = copy(ground, args.source, args.partitions, args.records, args.batch, *extra_args)
     finally:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pyspark_eos.testing.embedded_kafka import create_topic
 
-from . import contenders, report
+from . import cold_job, contenders, report
 from .contenders import Ground, Run, measured
 from .workload import Scale, unique, write_input
 
@@ -161,7 +161,7 @@ def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ cold
 
-COLD_CONTENDERS = (EOS, SPARK, PYTHON_STREAM)
+COLD_CONTENDERS = tuple(cold_job.COPIES)
 
 
 def cold(ground: Ground, scale: Scale, options: Options) -> list[dict]:
