@@ -200,8 +200,10 @@ def _kafka_tool(main_class: str, *args: str, timeout: float = 120) -> str:
     return result.stdout
 
 
-def spark_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
-    return _run_stream(ground, "spark-kafka", _spark_source(ground, source, batch), "kafka", {}, partitions, records)
+def spark_kafka_copy(ground: Ground, source: str, partitions: int, records: int, batch: int,
+                     sink_options: dict | None = None) -> Run:
+    return _run_stream(ground, "spark-kafka", _spark_source(ground, source, batch), "kafka", sink_options or {},
+                       partitions, records)
 
 
 def spark_source_eos_sink(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
@@ -411,6 +413,7 @@ class SteadyRun:
     workers: list[dict]
     rss_mib_series: dict[str, list[tuple[int, float]]]  # per Python worker: (seconds, MiB)
     catch_up_s: float  # from the input's end until the query had read every record
+    batch_ms: list[float]  # the query's last micro-batches with input (Spark keeps 100): each one's duration
 
 
 def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: float, batch: int | None = None,
@@ -447,7 +450,8 @@ def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: 
     return SteadyRun(name, elapsed, written, count_committed(ground.bootstrap, output, partitions), _batches(query),
                      latency.latencies if latency else [], sampler.summary() if sample_every_s else [],
                      {str(t.pid): [(round(at), round(kb / 1024, 1)) for at, kb in t.rss_kb]
-                      for t in sampler.traces.values() if t.role == "worker"}, catch_up_s)
+                      for t in sampler.traces.values() if t.role == "worker"}, catch_up_s,
+                     [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"]])
 
 
 def _continuous_copy(ground: Ground, name: str, source: str, output: str, batch: int | None):

@@ -241,6 +241,20 @@ def python_charge_s(python_stream: dict | None, spark: dict | None) -> float | N
     return None if python_fixed is None or spark_fixed is None else max(0.0, python_fixed - spark_fixed)
 
 
+def print_batch_charge(rows: list[dict]) -> None:
+    """Per batch size: what Spark charges a micro-batch of any Python source and sink over one of
+    its own connector (python-stream's p50 over spark-kafka's), and what is left of eos-kafka's
+    p50 once that is taken out."""
+    for size in sorted({row["batch_records"] for row in rows}):
+        p50 = {row["contender"]: row["batch_p50_ms"] for row in rows if row["batch_records"] == size}
+        eos, spark, python = (p50.get(name) for name in ("eos-kafka", "spark-kafka", "python-stream"))
+        if None in (eos, spark, python):
+            continue
+        print(f"  {size:>7,} records a batch: Spark's charge for a Python source and sink {python - spark:,.0f} ms "
+              f"a batch (python-stream over spark-kafka); eos-kafka's own {eos - python:,.0f} ms over python-stream; "
+              f"eos-kafka without Spark's charge {spark / (eos - (python - spark)):.2f}x spark-kafka's pace")
+
+
 def _decimal(value: float | None) -> str:
     return f"{value:,.1f}" if value is not None else "-"
 
