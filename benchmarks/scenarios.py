@@ -135,10 +135,11 @@ def alone(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 SCALING_BATCHES = 4
 
 
-# Spark's connector writes a batch over hundreds of partitions with one producer per executor, one
-# task per input partition: at 256 partitions its records outlived the producer's default delivery
-# timeout (120 s) and the query failed; with ten minutes it completes.
-SCALING_SPARK_SINK = {"kafka.delivery.timeout.ms": "600000"}
+# Spark's connector's idempotent producer, answered NOT_LEADER_OR_FOLLOWER by a partition of the
+# just-created output topic, retried the batches in flight behind it on OUT_OF_ORDER_SEQUENCE_NUMBER
+# until their delivery timeout (120 s) expired them: the tasks failed and ran again, at 64
+# partitions and more. Without idempotence (the connector is at-least-once either way) it completes.
+SCALING_SPARK_SINK = {"kafka.enable.idempotence": "false"}
 
 
 def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
