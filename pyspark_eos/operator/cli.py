@@ -1,4 +1,5 @@
-"""``python -m pyspark_eos status|abort-lingering``: the operator's view of a running pipeline."""
+"""``python -m pyspark_eos status|abort-lingering``: the operator's view of a running pipeline;
+``compile-pyspark-zip``: a deployment step that cuts what Spark charges each Python process it starts."""
 from __future__ import annotations
 
 import argparse
@@ -12,15 +13,19 @@ from pathlib import Path
 from ..errors import ConfigurationError, EosKafkaError, KafkaClientError
 from ..kafka.callbacks import with_callbacks
 from .abort_lingering import abort_lingering
+from .pyspark_bytecode import compile_pyspark_zip, pyspark_zip
 from .status import CONNECT_TIMEOUT_S, ClusterAccess, gather, render
 
 DEFAULT_OLDER_THAN_S = 60.0
+COMPILE_PYSPARK_ZIP = "compile-pyspark-zip"
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if arguments.command == COMPILE_PYSPARK_ZIP:
+        return _compile_pyspark_zip(arguments.spark_home)
     try:
         access = ClusterAccess(arguments.bootstrap_servers, _client_config(arguments), _connect_timeout(arguments))
         status = gather(access, arguments.group, arguments.transactional_id_prefix, tuple(getattr(arguments, "topic", None) or ()))
@@ -60,7 +65,28 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"abort only transactions open this long (default {DEFAULT_OLDER_THAN_S:.0f}); a live "
                             "worker's transaction lasts one write task")
     abort.add_argument("--dry-run", action="store_true", help="list what would be aborted, abort nothing")
+    compiled = commands.add_parser(
+        COMPILE_PYSPARK_ZIP, help="add compiled bytecode to the pyspark.zip Spark starts its Python processes "
+                                  "from, so that they stop compiling PySpark at every start (run it with the "
+                                  "Python the executors run)")
+    compiled.add_argument("--spark-home", type=Path, metavar="DIR",
+                          help="the Spark installation (default: SPARK_HOME, else the installed pyspark package)")
+    compiled.add_argument("--verbose", action="store_true", help="log what is done")
     return parser
+
+
+def _compile_pyspark_zip(spark_home: Path | None) -> int:
+    try:
+        done = compile_pyspark_zip(pyspark_zip(spark_home))
+    except (EosKafkaError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if done.modules == 0:
+        print(f"{done.zip_path} already holds bytecode for this Python: nothing to do")
+    else:
+        print(f"{done.zip_path}: bytecode of {done.modules} modules added for Python "
+              f"{sys.version_info.major}.{sys.version_info.minor}; to undo, move {done.backup} back")
+    return 0
 
 
 def _common_arguments(command: argparse.ArgumentParser) -> None:
