@@ -215,7 +215,7 @@ def print_cold(rows: list[dict]) -> None:
                      ms(row.get("later_batch_p50_ms")), _decimal(row.get("cpu_s_per_million")),
                      _decimal(row.get("process_s")), output_ok(row)])
     eos = by_name.get("eos-kafka")
-    fixed = {name: fixed_cost_s(by_name.get(name)) for name in ("eos-kafka", "python-stream", "spark-kafka")}
+    fixed = {name: fixed_cost_s(row) for name, row in by_name.items()}
     if None not in fixed.values():
         print("  a query's fixed seconds (start+stop, first batch over later ones): "
               + ", ".join(f"{name} {seconds:.2f}" for name, seconds in fixed.items()))

@@ -169,7 +169,9 @@ def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ cold
 
-COLD_CONTENDERS = tuple(cold_job.COPIES)
+# eos-kafka once more with Spark's Python processes started from a compiled pyspark.zip: how
+# much of Spark's charge a user can take off.
+COLD_CONTENDERS = (*cold_job.COPIES, EOS + contenders.COMPILED_ZIP)
 
 
 def cold(ground: Ground, scale: Scale, options: Options) -> list[dict]:

@@ -58,7 +58,7 @@ def test_the_scenarios_measured_what_they_report(smoke_run):
                     "python-loop"}
     assert all(row["median_records_per_s"] > 0 for row in _rows(smoke_run, "copy"))
     cold = {row["contender"]: row for row in _rows(smoke_run, "cold")}
-    assert list(cold) == ["eos-kafka", "spark-kafka", PYTHON_STREAM]
+    assert list(cold) == ["eos-kafka", "spark-kafka", PYTHON_STREAM, "eos-kafka + compiled pyspark.zip"]
     for row in cold.values():  # a process of its own, Spark's start outside the time from start()
         assert row["process_s"] > row["median_s"] > 0 and row["cpu_s_per_million"] > 0, row
         assert row["cpu_s_per_million_by_group"]["python"] > 0 or row["contender"] == "spark-kafka", row
@@ -66,12 +66,15 @@ def test_the_scenarios_measured_what_they_report(smoke_run):
         (side, name) for side in ("source", "sink") for name in ("eos-kafka", "spark-kafka")}
     ids = {row["contender"]: row["transactional_ids"] for row in _rows(smoke_run, "scaling")}
     assert ids["eos-kafka"] >= 1 and ids["spark-kafka"] == 0
-    assert all(row["batch_p50_ms"] for row in _rows(smoke_run, "per-batch"))
+    per_batch = _rows(smoke_run, "per-batch")
+    assert {row["contender"] for row in per_batch} == {"eos-kafka", "spark-kafka", PYTHON_STREAM}
+    assert all(row["batch_p50_ms"] for row in per_batch)
     claim, *copies = _rows(smoke_run, "fencing")
     assert claim["tasks"] == SMOKE.fencing_claims and claim["claim_p50_ms"] > 0
     assert {row["contender"] for row in copies} == {"eos-kafka", "eos-kafka fencing off"}
     for row in _rows(smoke_run, "latency"):
         assert row["latency_records"] > 0 and 0 < row["latency_p50_ms"] <= row["latency_p99_ms"], row
+        assert row["batch_p50_ms"] > 0, row
     memory, = _rows(smoke_run, "memory")
     assert memory["batches"] > 1 and any(w["role"] == "worker" for w in memory["workers"])
     variants = {row["contender"]: row for row in _rows(smoke_run, "variants")}
