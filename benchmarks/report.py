@@ -250,6 +250,10 @@ def print_batch_charge(rows: list[dict]) -> None:
         eos, spark, python = (p50.get(name) for name in ("eos-kafka", "spark-kafka", "python-stream"))
         if None in (eos, spark, python):
             continue
+        if python <= spark:  # python-stream moves no record through Kafka: at this size Kafka's work paces a batch
+            print(f"  {size:>7,} records a batch: python-stream's batch ({python:,.0f} ms) is no slower than "
+                  f"spark-kafka's ({spark:,.0f} ms): a batch is paced by its records' Kafka work, no charge to take out")
+            continue
         print(f"  {size:>7,} records a batch: Spark's charge for a Python source and sink {python - spark:,.0f} ms "
               f"a batch (python-stream over spark-kafka); eos-kafka's own {eos - python:,.0f} ms over python-stream; "
               f"eos-kafka without Spark's charge {spark / (eos - (python - spark)):.2f}x spark-kafka's pace")
