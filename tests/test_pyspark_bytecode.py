@@ -97,3 +97,20 @@ def test_the_command_compiles_the_archive_under_the_spark_home_given(spark_home:
                              str(spark_home)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "bytecode of 2 modules added" in result.stdout and BACKUP_SUFFIX in result.stdout
+
+
+def test_a_failed_rewrite_leaves_the_archive_as_it_was_and_no_partial_file(spark_home: Path, monkeypatch):
+    from pyspark_eos.operator import pyspark_bytecode
+
+    archive = spark_home / "python" / "lib" / "pyspark.zip"
+    original = archive.read_bytes()
+
+    def fail_midway(source, target: Path, final: Path) -> int:
+        target.write_bytes(b"half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pyspark_bytecode, "_write_with_bytecode", fail_midway)
+    with pytest.raises(OSError, match="No space left"):
+        compile_pyspark_zip(archive)
+    assert archive.read_bytes() == original
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["pyspark.zip"]

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pyspark_eos", description="The operator's view of a running eos-kafka pipeline.")
+    parser = argparse.ArgumentParser(prog="python -m pyspark_eos",
+                                     description="The operator's view of a running eos-kafka pipeline, and a "
+                                                 "deployment step that speeds up the start of Spark's Python processes.")
     commands = parser.add_subparsers(dest="command", required=True)
     status = commands.add_parser("status", help="per input partition: committed offset, open transactions, lag; "
                                                "the group's members; the pipeline's transactional ids")

@@ -61,10 +61,15 @@ def compile_pyspark_zip(path: Path) -> Compiled:
             log.info("%s already holds bytecode for this Python", path)
             return Compiled(path, 0, None)
         partial = path.with_name(path.name + ".partial")
-        modules = _write_with_bytecode(archive, partial, path)
+        try:
+            modules = _write_with_bytecode(archive, partial, path)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # a full disk, an interrupt: the original stays as it was
+            raise
     backup = path.with_name(path.name + BACKUP_SUFFIX)
     if not backup.exists():
         shutil.copy2(path, backup)
+    shutil.copymode(path, partial)  # readable by whoever runs the executors, as the original
     os.replace(partial, path)
     log.info("%s: bytecode of %d modules added; the original is %s", path, modules, backup)
     return Compiled(path, modules, backup)
