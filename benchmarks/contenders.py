@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -42,12 +41,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from pyspark_eos.operator.pyspark_bytecode import compile_pyspark_zip
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog
 from pyspark_eos.sink.attempt_fencing import claim_attempt
 from pyspark_eos.testing.embedded_kafka import create_topic, kafka_tool_command
 from pyspark_eos.testing.fault_injection import ATTEMPT_FENCING_OFF, HOOKS_ENV, arm
-from pyspark_eos.testing.local_spark import executor_local_dirs, jars_not_in_spark, local_spark_session
+from pyspark_eos.testing.local_spark import (COMPILED_SPARK_HOME_ENV, executor_local_dirs, jars_not_in_spark,
+                                             local_spark_session, spark_home_with_compiled_zip)
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
 from pyspark_eos.testing.output_check import last_stable_offsets
 
@@ -356,7 +355,8 @@ BENCHMARKS_ROOT = Path(__file__).resolve().parent.parent
 
 
 # A cold job's contender run with Spark's Python processes started from a pyspark.zip holding
-# compiled bytecode (``python -m pyspark_eos compile-pyspark-zip``), in a Spark home of its own.
+# compiled bytecode (``python -m pyspark_eos compile-pyspark-zip``), in a Spark home of its own;
+# the others from the installed PySpark's, whatever the benchmark itself was started with.
 COMPILED_ZIP = " + compiled pyspark.zip"
 
 
@@ -368,7 +368,9 @@ def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: 
     command = [sys.executable, "-m", "benchmarks.cold_job", "--contender", copy, "--bootstrap", ground.bootstrap,
                "--source", source, "--partitions", str(partitions), "--records", str(records), "--batch", str(batch),
                "--size", str(size), "--work", str(ground.work / unique("cold"))]
-    env = {**os.environ, "SPARK_HOME": str(compiled_spark_home(ground.work))} if copy != name else None
+    env = {key: value for key, value in os.environ.items() if key != COMPILED_SPARK_HOME_ENV}
+    if copy != name:
+        env[COMPILED_SPARK_HOME_ENV] = str(spark_home_with_compiled_zip())
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=BENCHMARKS_ROOT, env=env)
     process_s = time.perf_counter() - started
@@ -378,30 +380,6 @@ def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: 
     run.contender = name
     run.extra["process_s"] = round(process_s, 3)
     return run
-
-
-def compiled_spark_home(work: Path) -> Path:
-    """The installed PySpark as a Spark home under ``work`` (links to its files), but for a
-    pyspark.zip with compiled bytecode; made once per benchmark run."""
-    import pyspark
-
-    installed, home = Path(pyspark.__file__).parent, work / "spark-home-compiled-zip"
-    if not home.exists():
-        lib = home / "python" / "lib"
-        lib.mkdir(parents=True)
-        for entry in installed.iterdir():
-            if entry.name != "python":
-                (home / entry.name).symlink_to(entry)
-        for entry in (installed / "python").iterdir():
-            if entry.name != "lib":
-                (home / "python" / entry.name).symlink_to(entry)
-        for entry in (installed / "python" / "lib").iterdir():
-            if entry.name == "pyspark.zip":
-                shutil.copy2(entry, lib / entry.name)
-            else:
-                (lib / entry.name).symlink_to(entry)
-        compile_pyspark_zip(lib / "pyspark.zip")
-    return home
 
 
 # --------------------------------------------------------------------------- source, sink alone

@@ -1,6 +1,6 @@
 """``python -m pyspark_eos compile-pyspark-zip``: a pyspark.zip whose modules Python loads from
-bytecode, as it did from source. (Spark started from such a zip: the benchmark smoke's cold job,
-tests/test_benchmarks.py.)"""
+bytecode, as it did from source. The suite's own Spark starts from such a zip (conftest), whose
+Python workers the last test here asks; the benchmark smoke's cold job runs a contender from one."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos.operator.pyspark_bytecode import BACKUP_SUFFIX, compile_pyspark_zip
+from pyspark_eos.testing.local_spark import launched_spark_home
 
 MODULE = '''
 def answer():
@@ -114,3 +115,11 @@ def test_a_failed_rewrite_leaves_the_archive_as_it_was_and_no_partial_file(spark
         compile_pyspark_zip(archive)
     assert archive.read_bytes() == original
     assert sorted(p.name for p in archive.parent.iterdir()) == ["pyspark.zip"]
+
+
+def test_sparks_python_workers_load_pyspark_from_the_compiled_zip(spark):
+    # The suite's sessions are launched from a Spark home with a compiled zip (conftest).
+    home = launched_spark_home()
+    assert (home / "python" / "lib" / "pyspark.zip.source-only").exists()
+    loaded = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
+    assert loaded == [f"{home}/python/lib/pyspark.zip/pyspark/__init__.pyc"]

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from .project_files import conf_dir
+from ..operator.pyspark_bytecode import compile_pyspark_zip
+from .project_files import cache_dir, cache_lock, conf_dir
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,71 @@ def _log4j_options() -> str:
         return f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"
     except Exception:  # an installed copy without conf/: keep Spark's own logging
         return ""
+
+
+# When set, local_spark_session launches Spark from this Spark home (spark_home_with_compiled_zip),
+# so that Spark's Python processes start from a compiled pyspark.zip: the test suite sets it, and
+# the cold benchmark for one contender. A home that is no copy of the PySpark installed here (a job
+# of another PySpark's environment inheriting the variable) is ignored.
+COMPILED_SPARK_HOME_ENV = "EOS_KAFKA_COMPILED_SPARK_HOME"
+_COMPLETE = ".complete"
+
+
+def spark_home_with_compiled_zip(directory: Path | None = None) -> Path:
+    """The installed PySpark as a Spark home of links to its files, but for a python/lib/pyspark.zip
+    holding compiled bytecode (``python -m pyspark_eos compile-pyspark-zip``); made once per PySpark
+    and Python version, in the cache or ``directory``."""
+    import pyspark
+
+    installed = Path(pyspark.__file__).parent
+    name = f"spark-home-compiled-{pyspark.__version__}-py{sys.version_info.major}{sys.version_info.minor}"
+    home = (directory or cache_dir()) / name
+    with cache_lock(name):
+        if not (home / _COMPLETE).exists():
+            shutil.rmtree(home, ignore_errors=True)
+            _link_spark_home(installed, home)
+            compile_pyspark_zip(home / "python" / "lib" / "pyspark.zip")
+            (home / _COMPLETE).touch()
+    return home
+
+
+def _link_spark_home(installed: Path, home: Path) -> None:
+    lib = home / "python" / "lib"
+    lib.mkdir(parents=True)
+    for parent, target in ((installed, home), (installed / "python", home / "python")):
+        for entry in parent.iterdir():
+            if not (target / entry.name).exists():
+                (target / entry.name).symlink_to(entry)
+    for entry in (installed / "python" / "lib").iterdir():
+        if entry.name == "pyspark.zip":
+            shutil.copy2(entry, lib / entry.name)
+        else:
+            (lib / entry.name).symlink_to(entry)
+
+
+def launched_spark_home() -> Path:
+    """The Spark home local_spark_session launches Spark from (its standalone workers' work/ too)."""
+    import pyspark
+
+    installed = Path(pyspark.__file__).parent
+    compiled = os.environ.get(COMPILED_SPARK_HOME_ENV)
+    if compiled and (Path(compiled) / "jars").resolve() == (installed / "jars").resolve():
+        return Path(compiled)
+    return Path(os.environ.get("SPARK_HOME") or installed)
+
+
+@contextlib.contextmanager
+def _spark_home_for_launch():
+    # Only the JVM launched now (and the processes it starts) sees it: the test's own subprocesses,
+    # which may run another PySpark, keep the environment they had.
+    previous, os.environ["SPARK_HOME"] = os.environ.get("SPARK_HOME"), str(launched_spark_home())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SPARK_HOME")
+        else:
+            os.environ["SPARK_HOME"] = previous
 
 
 def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: Mapping[str, str] | None = None):
@@ -63,7 +130,8 @@ def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: 
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with _spark_home_for_launch():
+        return builder.getOrCreate()
 
 
 def jars_not_in_spark(jars: list[Path]) -> list[Path]:
@@ -96,10 +164,7 @@ def executor_logs(spark) -> str:
     """What the executors of a local-cluster session wrote to stderr (their log4j lines, the
     exceptions of failed tasks, their Python workers' output): Spark's standalone worker keeps it
     in $SPARK_HOME/work/<application id>/<executor id>/stderr."""
-    import pyspark
-
-    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
-    work = home / "work" / spark.sparkContext.applicationId
+    work = launched_spark_home() / "work" / spark.sparkContext.applicationId
     return "".join(path.read_text(errors="replace") for path in sorted(work.glob("*/stderr")))
 
 
