@@ -5,6 +5,8 @@ is named ``pyspark_*`` and exposes ``DefaultSource``.
 """
 from __future__ import annotations
 
+import sys
+
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
@@ -68,6 +70,8 @@ def _sink_options(options, schema: StructType, streaming: bool = False) -> SinkO
         # A micro-batch's key is its query and batch id; a version given here would be ignored.
         raise ConfigurationError("txnAppId and txnVersion are for batch writes (df.write, in foreachBatch too); "
                                  "a streaming write is exactly-once by its query's batch ids: drop them")
+    if _in_sink_commit_runner():
+        return parsed
     # Here, on the driver, an unreachable cluster or a missing topic fails the batch before any task
     # opens a transaction. Spark builds the writer again for every micro-batch: the lookup is made
     # once per process.
@@ -79,6 +83,18 @@ def _sink_options(options, schema: StructType, streaming: bool = False) -> SinkO
 
     check_sink_can_commit(parsed, streaming, parsed.connect_timeout_ms / 1000)
     return parsed
+
+
+# The module Spark's process for a streaming sink's commit() and abort() runs (a worker of a
+# daemon started with the module's name as its argument, PySpark 4.3).
+SINK_COMMIT_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
+
+
+def _in_sink_commit_runner() -> bool:
+    """Whether this process only commits or aborts micro-batches: it builds a writer for that,
+    whose commit() and abort() reach no Kafka, right after the planner's process checked the same
+    options; checking again cost each query's first commit a fresh process's Kafka clients."""
+    return sys.argv[-1:] == [SINK_COMMIT_RUNNER]
 
 
 def _check_named_partitions(options: SourceOptions) -> None:

@@ -3,6 +3,7 @@ in test_protocol_decisions."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
@@ -429,3 +430,27 @@ def test_the_claims_topic_refusal_names_the_missing_operations(authorized, neede
 
     message = claims_refusal("c", "b:9092", authorized, needed)
     assert message is None if missing is None else message.startswith(f"the principal may not {missing} the claims")
+
+
+@pytest.mark.parametrize("argv, checked", [
+    (["/spark/python/lib/pyspark.zip/pyspark/daemon.py", "pyspark.sql.worker.python_streaming_sink_runner"], False),
+    (["/spark/python/lib/pyspark.zip/pyspark/daemon.py", "pyspark.sql.worker.write_into_data_source"], True),
+])
+def test_the_sink_commit_runner_builds_its_writer_without_the_driver_checks(monkeypatch, argv, checked):
+    # The planner's process checked the same options for the batch it planned; the commit runner
+    # only calls commit() or abort(), which reach no Kafka.
+    from pyspark_eos import data_source
+    from pyspark_eos.kafka import cluster
+    from pyspark_eos.sink import driver_checks
+
+    calls = []
+    monkeypatch.setattr(cluster, "check_output", lambda *args: calls.append("cluster"))
+    monkeypatch.setattr(driver_checks, "check_sink_can_commit", lambda *args: calls.append("transactions"))
+    monkeypatch.setattr(sys, "argv", argv)
+    schema = StructType([StructField("value", BinaryType())])
+
+    writer = data_source.EosKafkaDataSource({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "out",
+                                             "kafka.group.id": "g"}).streamWriter(schema, overwrite=False)
+
+    assert writer.options.topic == "out"
+    assert calls == (["cluster", "transactions"] if checked else [])
