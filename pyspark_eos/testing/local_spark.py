@@ -51,15 +51,15 @@ COMPILED_SPARK_HOME_ENV = "EOS_KAFKA_COMPILED_SPARK_HOME"
 _COMPLETE = ".complete"
 
 
-def spark_home_with_compiled_zip(directory: Path | None = None) -> Path:
+def spark_home_with_compiled_zip() -> Path:
     """The installed PySpark as a Spark home of links to its files, but for a python/lib/pyspark.zip
     holding compiled bytecode (``python -m pyspark_eos compile-pyspark-zip``); made once per PySpark
-    and Python version, in the cache or ``directory``."""
+    and Python version, in the cache."""
     import pyspark
 
     installed = Path(pyspark.__file__).parent
     name = f"spark-home-compiled-{pyspark.__version__}-py{sys.version_info.major}{sys.version_info.minor}"
-    home = (directory or cache_dir()) / name
+    home = cache_dir() / name
     with cache_lock(name):
         if not (home / _COMPLETE).exists():
             shutil.rmtree(home, ignore_errors=True)
