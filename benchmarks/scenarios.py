@@ -306,7 +306,8 @@ def latency(ground: Ground, scale: Scale, options: Options) -> list[dict]:
         for row in part:
             cells = [row["contender"], report.ms(row["latency_p50_ms"]), report.ms(row["latency_p99_ms"]),
                      report.ms(row["latency_max_ms"]), row["latency_records"], row["batches"],
-                     report.ms(row["batch_p50_ms"]), f"{row['catch_up_s']:.1f}", "yes" if row["kept_up"] else "no", report.output_ok(row)]
+                     report.ms(row["batch_p50_ms"]), f"{row['catch_up_s']:.1f}", "yes" if row["kept_up"] else "no",
+                     report.output_ok(row)]
             print("  ".join(f"{str(c):>14}" for c in cells))
         rows += part
     return rows
