@@ -26,7 +26,9 @@ COPIES = {  # the cold scenario's contenders, in the order they alternate
     "eos-kafka": contenders.eos_kafka_copy,
     "spark-kafka": contenders.spark_kafka_copy,
     "python-stream": contenders.python_stream_copy,
+    "jvm-stream": contenders.jvm_stream_copy,
 }
+SIZED = ("python-stream", "jvm-stream")  # copies that make their own records, of the given size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     session_s = time.perf_counter() - started
     try:
         copy = COPIES[args.contender]
-        extra_args = (args.size,) if args.contender == "python-stream" else ()
+        extra_args = (args.size,) if args.contender in SIZED else ()
         run = copy(ground, args.source, args.partitions, args.records, args.batch, *extra_args)
     finally:
         ground.spark.stop()

@@ -12,7 +12,9 @@ Kafka -> Kafka copy contenders:
 - ``kafka-copier``: Kafka's TransactionalMessageCopier (JVM, KIP-447 consume-transform-produce);
 - ``python-loop``: one Python process, confluent-kafka consumer -> transactional producer;
 - ``python-stream``: a Python streaming source and sink that only hand Arrow batches over, no
-  Kafka (python_stream.py): what Spark charges any Python pipeline.
+  Kafka (python_stream.py): what Spark charges any Python pipeline;
+- ``jvm-stream``: Spark's text file source into its noop sink, the same records and micro-batches,
+  no Kafka and no Python: what Spark's engine costs any pipeline (the cold scenario's CPU split).
 
 Copies run ``Trigger.AvailableNow`` with ``maxOffsetsPerTrigger``, so a run is a series of
 micro-batches whose durations Spark reports; the loop and the copier commit a transaction every
@@ -29,6 +31,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -246,12 +249,39 @@ def python_stream_copy(ground: Ground, source: str, partitions: int, records: in
              .option("tasks", ground.spark.sparkContext.defaultParallelism).option("maxOffsetsPerTrigger", batch)
              .load())
     return _run_stream(ground, "python-stream", frame, NullStream.name(), {"counts": str(counts)}, partitions,
-                       records, written=lambda _: counted(counts))
+                       records, written=lambda *_: counted(counts))
+
+
+def jvm_stream_copy(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int) -> Run:
+    """What Spark's engine costs a copy without Python or Kafka: the same records as text files, one
+    per input partition and micro-batch, through Spark's file source into its noop sink (``source``
+    unused). Reading a text file costs more than nothing, so its CPU is a ceiling of the engine's
+    part of Spark's connector's, and python-stream's CPU over it a floor of what Spark charges a
+    Python pipeline."""
+    directory = ground.work / unique("jvm-stream")
+    _write_text_files(directory, records, -(-batch // partitions), size)
+    frame = (ground.spark.readStream.format("text").option("maxFilesPerTrigger", partitions).load(str(directory))
+             .select(F.lit(None).cast("binary").alias("key"), F.col("value").cast("binary").alias("value")))
+    try:
+        return _run_stream(ground, "jvm-stream", frame, "noop", {}, partitions, records,
+                           written=lambda _, progress: sum(p["numInputRows"] for p in progress))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _write_text_files(directory: Path, records: int, per_file: int, size: int) -> None:
+    """``records`` lines of ``size`` bytes in files of ``per_file`` lines, named in the order the
+    file source takes them (by modification time, then by name)."""
+    directory.mkdir(parents=True)
+    line = b"x" * size + b"\n"
+    for number, first in enumerate(range(0, records, per_file)):
+        (directory / f"{number:06d}.txt").write_bytes(line * min(per_file, records - first))
 
 
 def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, partitions: int, records: int,
                 written=None) -> Run:
-    """``written(output topic)``: the records the run wrote (default: those committed in the topic)."""
+    """``written(output topic, the query's progress)``: the records the run wrote (default: those
+    committed in the topic)."""
     output = create_topic(ground.bootstrap, unique("out-" + re.sub(r"[^A-Za-z0-9]+", "-", name)), partitions)
     writer = _writer(ground, frame, fmt, output, options).trigger(availableNow=True)
     jvm = ground.jvm_pid
@@ -266,8 +296,8 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
     # The run's time that no batch accounts for: starting and stopping the query (its source's and
     # sink's set-up and close among them), and the empty batch that ends an AvailableNow run.
     outside = seconds * 1000 - sum(p["durationMs"].get("triggerExecution", 0) for p in every)
-    written = written or (lambda topic: count_committed(ground.bootstrap, topic, partitions))
-    return Run(name, seconds, records, written(output), batches,
+    written = written or (lambda topic, _: count_committed(ground.bootstrap, topic, partitions))
+    return Run(name, seconds, records, written(output, every), batches,
                {"batches": len(batches), "cpu_busy": busy, "outside_batches_ms": round(outside), "cpu_s": cpu_s,
                 "phases_ms": phase_medians([p["durationMs"] for p in progress]),
                 "batch_phases_ms": [p["durationMs"] for p in progress]})

@@ -224,6 +224,14 @@ def print_cold(rows: list[dict]) -> None:
         own = spark["median_s"] / (eos["median_s"] - charge)
         print(f"  Spark's charge for a Python source and sink (python-stream's fixed seconds over spark-kafka's): "
               f"{charge:.2f} s; eos-kafka without it {own:.2f}x spark-kafka")
+    for row in rows:
+        groups = row.get("cpu_s_per_million_by_group") or {}
+        print(f"  CPU s / M rec of {row['contender']}: " + ", ".join(f"{g} {s:.1f}" for g, s in groups.items()))
+    split = cpu_split(by_name)
+    if split:
+        print(f"  CPU s / M rec: Spark's charge for moving the records through Python {split['charge']:.1f} "
+              f"(python-stream over jvm-stream); eos-kafka's own {split['own']:.1f} (over python-stream); "
+              f"eos-kafka without Spark's charge {split['without_charge']:.1f}, {split['ratio']:.2f}x spark-kafka's")
 
 
 def fixed_cost_s(row: dict | None) -> float | None:
@@ -239,6 +247,21 @@ def python_charge_s(python_stream: dict | None, spark: dict | None) -> float | N
     source, the Python workers' start and imports in the first batch)."""
     python_fixed, spark_fixed = fixed_cost_s(python_stream), fixed_cost_s(spark)
     return None if python_fixed is None or spark_fixed is None else max(0.0, python_fixed - spark_fixed)
+
+
+def cpu_split(by_name: dict[str, dict]) -> dict[str, float] | None:
+    """eos-kafka's CPU per million records apart from what Spark charges any Python source and
+    sink for the same records: python-stream's (Spark handing Arrow batches to and from Python
+    workers, no Kafka) over jvm-stream's (Spark's engine alone, no Python, no Kafka). A ratio
+    below 1.0: less CPU than spark-kafka."""
+    cpu = {name: (by_name.get(name) or {}).get("cpu_s_per_million")
+           for name in ("eos-kafka", "spark-kafka", "python-stream", "jvm-stream")}
+    if None in cpu.values():
+        return None
+    charge = max(0.0, cpu["python-stream"] - cpu["jvm-stream"])
+    without = cpu["eos-kafka"] - charge
+    return {"charge": charge, "own": cpu["eos-kafka"] - cpu["python-stream"], "without_charge": without,
+            "ratio": without / cpu["spark-kafka"]}
 
 
 def print_batch_charge(rows: list[dict]) -> None:

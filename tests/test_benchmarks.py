@@ -16,6 +16,7 @@ from benchmarks.workload import SCALES
 from pyspark_eos.testing.local_spark import LOCAL
 
 SMOKE = SCALES["smoke"]
+JVM_ONLY = ("spark-kafka", "jvm-stream")  # contenders that start no Python process
 # python-stream, and a variant that reads every Kafka column in tasks of fewer records.
 VARIANTS = (Variant(PYTHON_STREAM),
             Variant.parse("all-columns", ["source.schema=", "source.minRecordsPerPartition=500"]))
@@ -58,10 +59,11 @@ def test_the_scenarios_measured_what_they_report(smoke_run):
                     "python-loop"}
     assert all(row["median_records_per_s"] > 0 for row in _rows(smoke_run, "copy"))
     cold = {row["contender"]: row for row in _rows(smoke_run, "cold")}
-    assert list(cold) == ["eos-kafka", "spark-kafka", PYTHON_STREAM, "eos-kafka + compiled pyspark.zip"]
+    assert list(cold) == ["eos-kafka", "spark-kafka", PYTHON_STREAM, "jvm-stream", "eos-kafka + compiled pyspark.zip"]
     for row in cold.values():  # a process of its own, Spark's start outside the time from start()
         assert row["process_s"] > row["median_s"] > 0 and row["cpu_s_per_million"] > 0, row
-        assert row["cpu_s_per_million_by_group"]["python"] > 0 or row["contender"] == "spark-kafka", row
+        assert row["cpu_s_per_million_by_group"]["python"] > 0 or row["contender"] in JVM_ONLY, row
+    assert report.cpu_split(cold) is not None
     assert {(row["side"], row["contender"]) for row in _rows(smoke_run, "alone")} == {
         (side, name) for side in ("source", "sink") for name in ("eos-kafka", "spark-kafka")}
     ids = {row["contender"]: row["transactional_ids"] for row in _rows(smoke_run, "scaling")}
@@ -113,3 +115,11 @@ def test_the_runner_takes_scenarios_scales_and_variants():
     for wrong in (["--scenario", "txn"], ["--variant", "x", "side.a=1"], ["--variant", "python-stream", "sink.a=1"]):
         with pytest.raises(SystemExit):
             bench.parse_args(wrong)
+
+
+def test_the_cpu_split_takes_out_what_spark_charges_a_python_pipeline():
+    rows = {name: {"cpu_s_per_million": cpu} for name, cpu in
+            (("eos-kafka", 18.0), ("spark-kafka", 16.0), ("python-stream", 14.0), ("jvm-stream", 5.0))}
+    split = report.cpu_split(rows)
+    assert split == {"charge": 9.0, "own": 4.0, "without_charge": 9.0, "ratio": 9.0 / 16.0}
+    assert report.cpu_split({**rows, "jvm-stream": {"cpu_s_per_million": None}}) is None
