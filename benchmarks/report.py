@@ -406,6 +406,11 @@ def _table_row(scenario: str, row: dict, rows: list[dict]) -> str:
                       and all(r.get(k) == row.get(k) for k in keys)), None)
     contender = f"{row['contender']} ({row['settings']})" if row.get("settings") else row["contender"]
     result, ratio = _result(scenario, row, reference)
+    if scenario == "cold" and row["contender"] == "eos-kafka":
+        split = cpu_split({r["contender"]: r for r in rows if all(r.get(k) == row.get(k) for k in keys)})
+        if split:
+            result += (f" ({split['without_charge']:.1f} without Spark's charge for moving the records through Python, "
+                       f"{split['ratio']:.2f}x spark-kafka's)")
     ratio_text = f"{ratio:.2f}x {reference_name}" if ratio and row is not reference else ""
     return f"| {scenario} | {case or '-'} | {contender} | {result} | {ratio_text} | {output_ok(row)} |"
 

@@ -78,7 +78,8 @@ def test_the_replayed_batch_of_a_file_or_rate_copy_is_not_written_again(driver_k
             else:
                 assert_whole_rate_batches(ids)
         except AssertionError as failed:
-            raise AssertionError(f"{source}: {failed}\n{_where_the_output_stands(copy, driver_kill.restarted)}") from None
+            stands = _where_the_output_stands(copy, driver_kill.restarted)
+            raise AssertionError(f"{source}: {failed}\n{stands}") from None
         assert set(first) <= set(ids)
         last_batch = max(int(b) for b in copy.batches("commits"))
         assert set(copy.progress().values()) == {last_batch + 1}
