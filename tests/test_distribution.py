@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from devtools.distribution import MAVEN_COORDINATES, built
-from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER
+from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER, spark_java_options
 from pyspark_eos.testing.maven_jars import KAFKA_BROKER
-from pyspark_eos.testing.project_files import CACHE_DIR_ENV, CONF_DIR_ENV, PACKAGED_CONF_FILES, cache_dir, conf_dir
+from pyspark_eos.testing.project_files import CACHE_DIR_ENV, CONF_DIR_ENV, PACKAGED_CONF_FILES, cache_dir
 
 from .spark_tools import Pipeline
 from .virtualenvs import CHECKOUT, RUNTIME, pinned, virtualenv
@@ -55,10 +55,9 @@ def spark_submit(python: Path, options: list[str], pipeline: Pipeline, *job_args
                  master: str = LOCAL) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV")}
     env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python), SPARK_LOCAL_IP="127.0.0.1")
-    log4j = f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"
     command = [str(python.parent / "spark-submit"), "--master", master,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
-               "--conf", "spark.driver.bindAddress=127.0.0.1", "--driver-java-options", log4j,
+               "--conf", "spark.driver.bindAddress=127.0.0.1", "--driver-java-options", spark_java_options(),
                *options, str(SUBMIT_JOB),
                pipeline.bootstrap, pipeline.input, pipeline.output, pipeline.group, pipeline.checkpoint, *job_args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=Path(pipeline.checkpoint).parent)

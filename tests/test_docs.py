@@ -38,8 +38,7 @@ from pyspark_eos import errors
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, kafka_tool_command
 from pyspark_eos.sink.options import SINK_OPTIONS
 from pyspark_eos.source.options import SOURCE_OPTIONS
-from pyspark_eos.testing.local_spark import local_connect_server
-from pyspark_eos.testing.project_files import conf_dir
+from pyspark_eos.testing.local_spark import local_connect_server, spark_java_options
 
 from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, write_transactions
 from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
@@ -310,9 +309,8 @@ def spark_conf_dir(tmp_path: Path) -> Path:
     """spark-defaults.conf for the pages' spark-submit lines: loopback, no UI, an empty Ivy cache."""
     directory = tmp_path / "spark-conf"
     directory.mkdir()
-    log4j = f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"
     settings = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1", "spark.jars.ivy": str(tmp_path / "ivy"),
-                "spark.driver.extraJavaOptions": log4j}
+                "spark.driver.extraJavaOptions": spark_java_options()}
     (directory / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
     return directory

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .certificates import TlsFiles, make_tls_files
+from .jvm_options import extra_jvm_options
 from .maven_jars import KAFKA_VERSION_ENV, OLDEST_KAFKA, kafka_broker
 from .secure_listeners import SECURE_LISTENERS, secure_settings
 from ..errors import EmbeddedKafkaError
@@ -377,10 +378,13 @@ class EmbeddedKafkaCluster:
         java = shutil.which("java")
         if java is None:
             raise EmbeddedKafkaError("java is not on PATH: the Kafka broker needs Java 17 or newer")
+        extra = extra_jvm_options()
+        # A JVM refuses two collectors: the extras' choice, if they make one, replaces Kafka's G1.
+        collector = [] if any(o.startswith("-XX:+Use") and o.endswith("GC") for o in extra) else ["-XX:+UseG1GC"]
         return [
-            java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            java, f"-Xmx{self.heap}", "-Xms128m", *collector, "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}",
-            f"-Dkafka.logs.dir={node.path}", "-cp", classpath,
+            f"-Dkafka.logs.dir={node.path}", *extra, "-cp", classpath,
         ]
 
     def _format_storage(self, classpath: str, cluster_id: str) -> None:
@@ -485,7 +489,7 @@ def kafka_tool_command(main_class: str) -> list[str]:
     """What Kafka's bin/ scripts run: one of its command-line tools (kafka-acls.sh is
     ``org.apache.kafka.tools.AclCommand``), from the same released jars as the broker."""
     java = shutil.which("java") or "java"
-    return [java, f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}",
+    return [java, f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}", *extra_jvm_options(),
             "-cp", kafka_broker().classpath(), main_class]
 
 

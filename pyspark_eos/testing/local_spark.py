@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..operator.pyspark_bytecode import compile_pyspark_zip
+from .jvm_options import extra_jvm_options
 from .project_files import cache_dir, cache_lock, conf_dir
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,16 @@ FAST_EXECUTOR_LOSS = {
 }
 
 
-def _log4j_options() -> str:
+def spark_java_options() -> str:
+    """The driver's and executors' JVM options: the project's logging, and jvm_options' extras."""
+    return " ".join([*_log4j_options(), *extra_jvm_options()])
+
+
+def _log4j_options() -> list[str]:
     try:
-        return f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"
+        return [f"-Dlog4j2.configurationFile={conf_dir() / 'spark-log4j2.properties'}"]
     except Exception:  # an installed copy without conf/: keep Spark's own logging
-        return ""
+        return []
 
 
 # When set, local_spark_session launches Spark from this Spark home (spark_home_with_compiled_zip),
@@ -116,7 +122,7 @@ def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    java_options = _log4j_options()
+    java_options = spark_java_options()
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -197,7 +203,7 @@ def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 1
     from .embedded_kafka import free_ports
 
     port = free_ports(1)[0]
-    java_options = _log4j_options()
+    java_options = spark_java_options()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("SPARK_HOME", None)  # the pip-installed PySpark's own
     command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--class", CONNECT_SERVER_CLASS,
