@@ -30,8 +30,8 @@ from .virtualenvs import CHECKOUT, RUNTIME, pinned, virtualenv
 SUBMIT_JOB = CHECKOUT / "tests" / "submit_job.py"
 # The test kit the artifacts ship beside the runtime: pyspark_eos/testing/<module>.py, and the
 # files of conf/ it reads in pyspark_eos/testing/conf/.
-TEST_KIT = ("__init__", "certificates", "embedded_kafka", "fault_injection", "local_spark", "maven_jars", "output_check",
-            "project_files", "secure_listeners")
+TEST_KIT = ("__init__", "certificates", "embedded_kafka", "fault_injection", "jvm_options", "local_spark", "maven_jars",
+            "output_check", "project_files", "secure_listeners")
 KIT_CONF = ("broker-log4j2.properties", "kafka-broker-pom.xml", "server.properties", "spark-log4j2.properties")
 # The project's own tooling (devtools/, examples/, tests/, benchmarks/): never in an artifact.
 TOOLING = {"devtools", "examples", "tests", "benchmarks", "chaos", "distribution", "example_pipeline",

@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from pyspark_eos.kafka.schema import kafka_schema
+from pyspark_eos.testing.jvm_options import JVM_OPTIONS_ENV, extra_jvm_options
 from pyspark_eos.testing.local_spark import executor_ids
 
 DISCOVERY_SCRIPT = textwrap.dedent(
@@ -58,3 +60,16 @@ def test_local_cluster_tasks_run_on_two_executors(spark_cluster):
     assert reported == executor_ids(spark_cluster)
     assert len(reported) == 2
     assert len({pid for _, _, pid in facts}) >= 2
+
+
+def test_the_suites_jvms_run_with_its_jvm_options(spark, kafka):
+    # The suite's CPU budget counts on them (conftest): a launch path that dropped them would
+    # only show as a slower suite.
+    wanted = extra_jvm_options()
+    assert wanted, f"{JVM_OPTIONS_ENV} is not set"
+    spark_jvm = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                     .getInputArguments())
+    assert set(wanted) <= set(spark_jvm), spark_jvm
+    if kafka.cluster is not None:  # an external broker is not ours to start
+        broker_jvm = Path(f"/proc/{next(iter(kafka.cluster.pids.values()))}/cmdline").read_bytes().split(b"\0")
+        assert {option.encode() for option in wanted} <= set(broker_jvm), broker_jvm
