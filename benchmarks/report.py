@@ -402,12 +402,12 @@ def _table_row(scenario: str, row: dict, rows: list[dict]) -> str:
     case = ", ".join(f"{row[k]:,}{_CASE_UNITS[k]}" if isinstance(row[k], int) else f"{row[k]}{_CASE_UNITS[k]}"
                      for k in keys if row.get(k) is not None)
     reference_name = _REFERENCE.get(scenario, "spark-kafka")
-    reference = next((r for r in rows if r["contender"] == reference_name
-                      and all(r.get(k) == row.get(k) for k in keys)), None)
+    same_case = [r for r in rows if all(r.get(k) == row.get(k) for k in keys)]
+    reference = next((r for r in same_case if r["contender"] == reference_name), None)
     contender = f"{row['contender']} ({row['settings']})" if row.get("settings") else row["contender"]
     result, ratio = _result(scenario, row, reference)
     if scenario == "cold" and row["contender"] == "eos-kafka":
-        split = cpu_split({r["contender"]: r for r in rows if all(r.get(k) == row.get(k) for k in keys)})
+        split = cpu_split({r["contender"]: r for r in same_case})
         if split:
             result += (f" ({split['without_charge']:.1f} without Spark's charge for moving the records through Python, "
                        f"{split['ratio']:.2f}x spark-kafka's)")
