@@ -120,6 +120,6 @@ def test_a_failed_rewrite_leaves_the_archive_as_it_was_and_no_partial_file(spark
 def test_sparks_python_workers_load_pyspark_from_the_compiled_zip(spark):
     # The suite's sessions are launched from a Spark home with a compiled zip (conftest).
     home = launched_spark_home()
-    assert (home / "python" / "lib" / "pyspark.zip.source-only").exists()
+    assert (home / "python" / "lib" / ("pyspark.zip" + BACKUP_SUFFIX)).exists()
     loaded = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
     assert loaded == [f"{home}/python/lib/pyspark.zip/pyspark/__init__.pyc"]
