@@ -6,8 +6,7 @@
 from .data_source import FORMAT_NAME, EosKafkaDataSource
 from .errors import ConfigurationError, EmbeddedKafkaError, EosKafkaError, MissingDependencyError
 from .registration import register
-
-__version__ = "0.1.0.dev0"
+from .version import __version__
 
 DefaultSource = EosKafkaDataSource
 

@@ -67,3 +67,8 @@ class StaleAttemptError(FencedError):
 class NonDeterministicReplayError(EosKafkaError):
     """A replayed micro-batch's records differ from those its first run wrote: the query's input or
     plan is not deterministic; the replay wrote nothing."""
+
+
+class FormatVersionError(EosKafkaError):
+    """A record eos-kafka wrote into Kafka or a checkpoint is in a format this version does not
+    read: a newer version wrote it (upgrade), or an older one this version no longer reads."""

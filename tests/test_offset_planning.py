@@ -10,22 +10,32 @@ from pyspark_eos.source.offset_planning import (
     OffsetLookups,
     OffsetRange,
     cap,
-    from_json,
     plan_ranges,
     rate_limit,
     resolve_offsets,
-    to_json,
 )
 from pyspark_eos.source.input_partition import input_partitions, task_count
+from pyspark_eos.errors import FormatVersionError
+from pyspark_eos.protocol.checkpoint_offsets import from_json, to_json
+from pyspark_eos.protocol.formats import FORMAT
 from pyspark_eos.source.options import OffsetsSpec
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 
 
-def test_offset_json_is_sparks_kafka_form_and_round_trips():
+def test_offset_json_is_sparks_kafka_form_with_its_format_and_round_trips():
     offsets = {A0: 5, A1: 7, B0: 0}
-    assert to_json(offsets) == {"a": {"0": 5, "1": 7}, "b": {"0": 0}}
+    assert to_json(offsets) == {"@format": FORMAT, "a": {"0": 5, "1": 7}, "b": {"0": 0}}
     assert from_json(to_json(offsets)) == offsets
+
+
+def test_offset_json_of_a_checkpoint_written_before_formats_reads_as_format_0():
+    assert from_json({"a": {"0": 5, "1": 7}, "b": {"0": 0}}) == {A0: 5, A1: 7, B0: 0}
+
+
+def test_offset_json_of_a_newer_format_is_refused_naming_both_formats():
+    with pytest.raises(FormatVersionError, match=rf"format {FORMAT + 1}.* reads formats up to {FORMAT}.*upgrade"):
+        from_json({"@format": FORMAT + 1, "a": {"0": 5}})
 
 
 def test_rate_limit_splits_in_proportion_to_backlog_without_starving_small_partitions():

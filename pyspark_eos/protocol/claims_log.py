@@ -243,8 +243,9 @@ class ClaimsClients:
                 close_client(client)
 
 
-def read_claims(consumer: Consumer, topic: str, start: int, last: int) -> list["Claim | GroupStamp"]:
-    """The claims, releases and stamps in the claims topic from ``start`` to ``last`` inclusive."""
+def read_claims(consumer: Consumer, topic: str, start: int, last: int, group: str) -> list["Claim | GroupStamp"]:
+    """The claims, releases and stamps in the claims topic from ``start`` to ``last`` inclusive
+    (``group``'s in a format this version does not read fail the read, claims_records)."""
     if last < start:
         raise StaleAttemptError(
             f"the claims topic {topic!r} ends at {last}, before this plan's record at {start}: it was deleted "
@@ -252,14 +253,15 @@ def read_claims(consumer: Consumer, topic: str, start: int, last: int) -> list["
         )
     consumer.assign([TopicPartition(topic, 0, start)])
     try:
-        return _read_assigned(consumer, topic, start, last)
+        return _read_assigned(consumer, topic, start, last, group)
     finally:
         # No background fetch at the partition's end while the worker does other work: the next
         # assign() would wait for it (up to fetch.wait.max.ms) before fetching from its own start.
         consumer.unassign()
 
 
-def await_record(consumer: Consumer, topic: str, start: int, wanted: Callable[[object], bool], timeout_s: float):
+def await_record(consumer: Consumer, topic: str, start: int, group: str, wanted: Callable[[object], bool],
+                 timeout_s: float):
     """The first record from ``start`` on for which ``wanted`` is true, or None after ``timeout_s``."""
     consumer.assign([TopicPartition(topic, 0, start)])
     deadline = time.monotonic() + timeout_s
@@ -267,7 +269,7 @@ def await_record(consumer: Consumer, topic: str, start: int, wanted: Callable[[o
         while time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is not None and not _skippable(message.error(), topic, start):
-                record = parse_record(message.value(), message.offset())
+                record = parse_record(message.value(), message.offset(), group)
                 if wanted(record):
                     return record
         return None
@@ -275,7 +277,7 @@ def await_record(consumer: Consumer, topic: str, start: int, wanted: Callable[[o
         consumer.unassign()
 
 
-def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> list:
+def _read_assigned(consumer: Consumer, topic: str, start: int, last: int, group: str) -> list:
     records: list = []
     position = start
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
@@ -288,7 +290,7 @@ def _read_assigned(consumer: Consumer, topic: str, start: int, last: int) -> lis
         if message is None or _skippable(message.error(), topic, start):
             continue
         position = message.offset() + 1
-        record = parse_record(message.value(), message.offset()) if message.offset() <= last else None
+        record = parse_record(message.value(), message.offset(), group) if message.offset() <= last else None
         if record is not None:
             records.append(record)
     return records

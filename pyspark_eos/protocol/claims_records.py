@@ -10,7 +10,10 @@ Four kinds, each a JSON object with a ``kind`` (docs/exactly-once.md draws who w
 - ``release``: appended by an attempt whose transaction ended, so no later attempt fences its id.
 
 Field names are kept as first written (``plan``, ``attempt``, ``memberships``): claims outlive a
-version of the package, and a reader must understand the claims of the one before it.
+version of the package, and a reader must understand the claims of the one before it. Each record
+carries its format (protocol/formats); one in a format this version does not read fails the
+attempt that meets it on its own group's claims, and is passed over on another pipeline's (the
+claims topic may be shared by pipelines on different versions).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from .formats import readable, stamped, unreadable
 from .group_stamp import GroupStamp
 from .offset_range import TopicPartitionKey
 
@@ -54,28 +58,36 @@ class Claim:
     slots: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
-                           "plan": self.order.plan, "attempt": self.order.attempt,
-                           "transactional_id": self.transactional_id, "task": self.task,
-                           "memberships": sorted(self.run_tokens), "slots": self.slots}).encode()
+        return _dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
+                       "plan": self.order.plan, "attempt": self.order.attempt,
+                       "transactional_id": self.transactional_id, "task": self.task,
+                       "memberships": sorted(self.run_tokens), "slots": self.slots})
 
     def same_instance(self, other: "Claim") -> bool:
         return not self.run_tokens or not other.run_tokens or bool(self.run_tokens & other.run_tokens)
 
 
 def plan_value(group_id: str) -> bytes:
-    return json.dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()}).encode()
+    return _dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()})
 
 
 def stamp_value(stamp: GroupStamp) -> bytes:
-    return json.dumps({"kind": STAMP, **stamp.as_json()}).encode()
+    return _dumps({"kind": STAMP, **stamp.as_json()})
 
 
-def parse_record(value: bytes, offset: int) -> "Claim | GroupStamp | None":
-    """The claim, release or stamp in one record; None for a plan record or anything not ours."""
+def _dumps(record: dict) -> bytes:
+    return json.dumps(stamped(record)).encode()
+
+
+def parse_record(value: bytes, offset: int, group: str | None = None) -> "Claim | GroupStamp | None":
+    """The claim, release or stamp in one record; None for a plan record or anything not ours.
+    A record of ``group`` (or of no group it can tell) in a format this version does not read
+    raises FormatVersionError; another group's is passed over."""
     try:
         data = json.loads(value)
         kind = data.get("kind")
+        if kind in (PLAN, CLAIM, RELEASE, STAMP) and not readable(data):
+            return _unreadable(data, offset, group)
         if kind == STAMP:
             return GroupStamp.from_json(data)
         if kind not in (CLAIM, RELEASE):
@@ -85,3 +97,10 @@ def parse_record(value: bytes, offset: int) -> "Claim | GroupStamp | None":
                      offset, frozenset(data.get("memberships", ())), str(data.get("slots", "")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _unreadable(data: dict, offset: int, group: str | None) -> None:
+    owner = data.get("group", data.get("group_id"))
+    if isinstance(owner, str) and owner != group:
+        return None
+    raise unreadable(data, f"the claims topic's {data.get('kind')} record at offset {offset} (group {owner!r})")

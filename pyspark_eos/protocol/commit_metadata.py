@@ -5,16 +5,35 @@ from __future__ import annotations
 
 import json
 
+from .formats import FORMAT_FIELD, WRITER_FIELD, check_readable, stamped
+
 
 def partition_metadata(generation: int, batch_id: str | None, query_id: str | None) -> str:
     """The metadata stored with each committed input offset: who committed it, for which batch."""
-    return json.dumps({"generation": generation, "batch": batch_id, "query": query_id}, separators=(",", ":"))
+    return dumps({"generation": generation, "batch": batch_id, "query": query_id})
+
+
+def adoption_metadata(checkpoint: str, batch: int) -> str:
+    """The metadata ``adopt-checkpoint`` stores with the offsets it commits: where they came from
+    (the checkpoint and its last committed batch). No generation and no query: the first batch of
+    the eos-kafka query that starts from them commits as any first commit does."""
+    return dumps({"adopted_from": checkpoint, "checkpoint_batch": batch})
+
+
+def dumps(fields: dict) -> str:
+    """Metadata in the format this version writes (protocol/formats)."""
+    return json.dumps(stamped(fields), separators=(",", ":"))
 
 
 def stored_metadata(metadata: str) -> dict:
-    """What the sink stored with an offset; empty for an offset committed by something else."""
+    """What the sink stored with an offset; empty for an offset committed by something else.
+    Raises FormatVersionError for metadata in a format this version does not read."""
     try:
         stored = json.loads(metadata)
     except ValueError:
         return {}
-    return stored if isinstance(stored, dict) else {}
+    if not isinstance(stored, dict):
+        return {}
+    if FORMAT_FIELD in stored and WRITER_FIELD in stored:
+        check_readable(stored, "the metadata committed with this offset")
+    return stored

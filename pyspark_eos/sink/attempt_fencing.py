@@ -88,7 +88,7 @@ class AttemptClaim:
     def enforce(self) -> None:
         """Read the claims up to this one and act on the fence decision (fence_decision)."""
         own = self.claim
-        verdict = decide_fence(own, read_claims(self.clients.consumer(), self.topic, self.start, own.offset))
+        verdict = decide_fence(own, read_claims(self.clients.consumer(), self.topic, self.start, own.offset, own.group))
         self.stamps = verdict.stamps
         _log_other_instances(verdict.other_instances, own)
         if verdict.outcome is FenceOutcome.REFUSE:
@@ -110,7 +110,7 @@ class AttemptClaim:
                     and record.generation > stamp.generation)
         if not stamp.run_token:  # no token: no run whose generations could be followed
             return None
-        return await_record(self.clients.consumer(), self.topic, self.claim.offset + 1, newer, timeout_s)
+        return await_record(self.clients.consumer(), self.topic, self.claim.offset + 1, stamp.group_id, newer, timeout_s)
 
     def release(self) -> None:
         # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.

@@ -27,7 +27,6 @@ tasks, not with batches; an idle group's offsets expire after the broker's
 """
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass
 
@@ -35,7 +34,7 @@ from confluent_kafka import Consumer
 
 from ..kafka.group_offsets import Committed
 from ..protocol.claims_log import ClaimsLog, PlanRecord
-from ..protocol.commit_metadata import stored_metadata
+from ..protocol.commit_metadata import dumps as metadata_dumps, stored_metadata
 from .options import SinkOptions
 from .records import RecordColumns
 from .worker_resources import held_for
@@ -117,8 +116,7 @@ def _as_bytes(value) -> bytes:
 
 
 def progress_metadata(version: int, scope: str, digest: RecordDigest, plan: PlanRecord) -> str:
-    return json.dumps({"batch": version, "query": scope, **digest.as_json(), "plan": plan.offset},
-                      separators=(",", ":"))
+    return metadata_dumps({"batch": version, "query": scope, **digest.as_json(), "plan": plan.offset})
 
 
 def committed_plan(committed: Committed) -> int | None:

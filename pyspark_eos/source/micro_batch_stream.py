@@ -18,7 +18,8 @@ import logging
 
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from .offset_planning import Offsets, cap, from_json, rate_limit, to_json
+from ..protocol.checkpoint_offsets import from_json, to_json
+from .offset_planning import Offsets, cap, rate_limit
 from .options import SourceOptions
 from .planner import SourcePlanner, read_partition
 

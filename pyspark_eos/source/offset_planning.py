@@ -1,9 +1,8 @@
 """Deciding which offsets each batch reads: where a query starts, where a batch ends, the ranges.
 
 Everything here is a pure function of offsets already fetched from Kafka, so a batch is
-re-planned exactly from the offsets Spark keeps in its checkpoint: Spark's offset log holds each
-batch's end offsets as ``{"topic": {"partition": offset}}`` (the JSON form of Spark's own Kafka
-source), and a batch's start is the previous batch's end.
+re-planned exactly from the offsets Spark keeps in its checkpoint (protocol/checkpoint_offsets),
+and a batch's start is the previous batch's end.
 """
 from __future__ import annotations
 
@@ -19,20 +18,6 @@ from .options import EARLIEST, EARLIEST_OFFSET, GROUP, LATEST, LATEST_OFFSET, Of
 log = logging.getLogger(__name__)
 
 Offsets = dict[TopicPartitionKey, int]
-
-
-# ------------------------------------------------------------------------------- offset JSON
-
-def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        result.setdefault(topic, {})[str(partition)] = int(offset)
-    return result
-
-
-def from_json(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
-    return {(topic, int(partition)): int(offset)
-            for topic, partitions in offsets.items() for partition, offset in partitions.items()}
 
 
 # ------------------------------------------------------------------------------- starting offsets
