@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .formats import FORMAT_FIELD, WRITER_FIELD, check_readable, stamped
+from .formats import WRITER_FIELD, check_readable, stamped
 
 
 def partition_metadata(generation: int, batch_id: str | None, query_id: str | None) -> str:
@@ -34,6 +34,11 @@ def stored_metadata(metadata: str) -> dict:
         return {}
     if not isinstance(stored, dict):
         return {}
-    if FORMAT_FIELD in stored and WRITER_FIELD in stored:
+    if WRITER_FIELD in stored or stored.keys() & _UNVERSIONED_FIELDS:
         check_readable(stored, "the metadata committed with this offset")
     return stored
+
+
+# What format 0 (written before metadata carried its format) stored: input offsets' and progress
+# records' fields. JSON without them and without a writer is some other client's.
+_UNVERSIONED_FIELDS = frozenset({"generation", "batch", "query", "records", "checksum", "plan"})

@@ -53,7 +53,9 @@ def check_readable(record: Mapping, what: str) -> Mapping:
 def unreadable(record: Mapping, what: str) -> FormatVersionError:
     version = format_of(record)
     writer = record.get(WRITER_FIELD)
-    written = f"format {record.get(FORMAT_FIELD)!r}" + (f", written by eos-kafka {writer}" if writer else "")
+    written = f"format {version if version >= 0 else repr(record.get(FORMAT_FIELD))}" + (
+        f", written by eos-kafka {writer}" if writer else " (written before records named their format)"
+        if version == 0 else "")
     if version > FORMAT or version < 0:
         return FormatVersionError(
             f"{what} is in {written}; this eos-kafka {__version__} reads formats up to {FORMAT}. A newer eos-kafka "
