@@ -8,7 +8,7 @@ cold scenario's jobs: a fresh driver process and session each).
 Scenarios (benchmarks/README.md, "What is measured"): copy, cold, alone, scaling, per-batch,
 fencing, latency, memory, variants; all of them by default. Prints a table per scenario, appends the run
 to benchmarks/results/history.jsonl, writes results/latest.csv and the plots, and rewrites the
-results at the top of benchmarks/README.md (``python -m benchmarks.report``).
+results at the top of benchmarks/README.md (``python -m benchmarks.results``).
 """
 from __future__ import annotations
 

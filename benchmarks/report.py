@@ -4,12 +4,10 @@ Every run of the runner appends one JSON line to ``results/history.jsonl`` (when
 ran: the command, the commit, the machine and versions, and every result row), and writes the
 newest run's rows to ``results/latest.csv``. Then this module rewrites the block of
 benchmarks/README.md between ``<!-- results:start -->`` and ``<!-- results:end -->`` from the
-history: for each scenario, the newest run that ran it.
+history: for each scenario, the newest run that ran it (``python -m benchmarks.results`` does so
+without a run).
 
-    .venv/bin/python -m benchmarks.report             # rewrite the README's results from the history
-    .venv/bin/python -m benchmarks.report --pooled [--since 2026-11-25T23:00] [--scale full]
-
-``--pooled``: the copy's ratio (eos-kafka over Spark's connector) pooled over the repeats of
+The copy's ratio pooled over runs (``python -m benchmarks.results --pooled``): the ratio (eos-kafka over Spark's connector) pooled over the repeats of
 several runs, each repeat's ratio taken within it (its contenders ran one after the other, so the
 machine's drift between runs touches it little), as a mean with its 95% interval, for the whole
 run and for its later batches alone, and each contender's mean time outside its batches (the
@@ -20,7 +18,6 @@ the code.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import importlib.metadata
 import json
@@ -364,7 +361,7 @@ def render_results(runs: list[dict], order: tuple[str, ...]) -> str:
     newest = newest_by_scenario(runs)
     if not newest:
         return "No run of `python -m benchmarks.bench` recorded yet."
-    lines = ["_Generated from `results/history.jsonl` by `python -m benchmarks.report` (the runner calls it); "
+    lines = ["_Generated from `results/history.jsonl` by `python -m benchmarks.results` (the runner calls it); "
              "edit the code, not this block._", ""]
     used = list({id(run): run for run in (newest[name] for name in order if name in newest)}.values())
     for run in used:
@@ -550,31 +547,3 @@ def print_pooled(pairs: dict[int, list], contender: str, against: str) -> None:
             print(f"  {name:>24}: start+stop {statistics.mean(p.outside_s for p in parts):5.2f} s, first batch "
                   f"{statistics.mean(p.first_batch_s for p in parts):5.2f} s, later batches "
                   f"{statistics.mean(p.later_s for p in parts):6.2f} s (means)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .scenarios import SCENARIOS
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the directory of history.jsonl")
-    parser.add_argument("--pooled", action="store_true", help="print the copy's ratio pooled over runs instead")
-    parser.add_argument("--since", default="", help="--pooled: leave out runs that started before this")
-    parser.add_argument("--scale", default="full", help="--pooled: runs of this scale")
-    parser.add_argument("--contender", default="eos-kafka")
-    parser.add_argument("--against", default="spark-kafka")
-    args = parser.parse_args(argv)
-    if not args.pooled:
-        update_readme(tuple(SCENARIOS), args.results)
-        print(f"rewrote the results in {README}")
-        return 0
-    pairs = paired_repeats(history(args.results), args.since, args.scale, args.contender, args.against)
-    if not pairs:
-        print(f"no {args.scale}-scale copy runs of {args.contender} and {args.against} with batch phases "
-              f"since {args.since or 'the start'} in {args.results}", file=sys.stderr)
-        return 1
-    print_pooled(pairs, args.contender, args.against)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

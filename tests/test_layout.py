@@ -23,9 +23,14 @@ RUNTIME_FILES = sorted(path for path in PACKAGE.rglob("*.py") if path.relative_t
 IMPORTABLE = [path for path in RUNTIME_FILES if path.name != "__main__.py"]
 
 
+CHECKOUT = PACKAGE.parent
+# The project's Python: what a circle of imports could join.
+PROJECT_PACKAGES = ("pyspark_eos", "benchmarks", "devtools", "examples", "tests")
+
+
 def _imported_modules(path: Path) -> set[str]:
     """Absolute names of every module ``path`` imports, relative imports resolved."""
-    here = ["pyspark_eos", *path.relative_to(PACKAGE).with_suffix("").parts]
+    here = list(path.relative_to(CHECKOUT).with_suffix("").parts)
     package = here[:-1]  # for __init__.py, ``here`` ends with "__init__"
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -37,6 +42,34 @@ def _imported_modules(path: Path) -> set[str]:
             names.add(module)
             names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(CHECKOUT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each project module's imports of other project modules (not of packages: importing a
+    module runs its package's __init__, which is how packages work, not a design's circle)."""
+    paths = [path for package in PROJECT_PACKAGES for path in (CHECKOUT / package).rglob("*.py")]
+    modules = {_module_name(path) for path in paths if path.name != "__init__.py"}
+    return {_module_name(path): {name for name in _imported_modules(path) if name in modules} for path in paths}
+
+
+def test_no_circle_of_imports_anywhere_in_the_project():
+    graph = _import_graph()
+    assert "benchmarks.report" in graph["benchmarks.scenarios"]  # the check reads function-level imports too
+    circles = set()
+    for start in graph:
+        stack = [(start, (start,))]
+        while stack:
+            module, path = stack.pop()
+            for imported in graph.get(module, ()):
+                if imported == start:
+                    circles.add(" -> ".join((*path, start)))
+                elif imported not in path and imported > start:  # each circle once, from its least module
+                    stack.append((imported, (*path, imported)))
+    assert sorted(circles) == []
 
 
 def test_no_runtime_module_imports_the_test_tooling():
