@@ -7,7 +7,8 @@ benchmarks/README.md between ``<!-- results:start -->`` and ``<!-- results:end -
 history: for each scenario, the newest run that ran it (``python -m benchmarks.results`` does so
 without a run).
 
-The copy's ratio pooled over runs (``python -m benchmarks.results --pooled``): the ratio (eos-kafka over Spark's connector) pooled over the repeats of
+The copy's ratio pooled over runs (``python -m benchmarks.results --pooled``): the ratio
+(eos-kafka over Spark's connector) pooled over the repeats of
 several runs, each repeat's ratio taken within it (its contenders ran one after the other, so the
 machine's drift between runs touches it little), as a mean with its 95% interval, for the whole
 run and for its later batches alone, and each contender's mean time outside its batches (the

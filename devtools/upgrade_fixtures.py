@@ -183,7 +183,8 @@ def write(out: Path) -> None:
         batch_write(spark, bootstrap, BATCH_VERSION)
         spark.stop()
         for name in (NAMES.group_checkpoint, NAMES.stream_checkpoint):
-            log.info("batch %d of %s: in Kafka, not in Spark's commit log", forget_last_commit(checkpoints / name), name)
+            last = forget_last_commit(checkpoints / name)
+            log.info("batch %d of %s: in Kafka, not in Spark's commit log", last, name)
         _append_stalled_claim(bootstrap, query_id(checkpoints / NAMES.stream_checkpoint))
         dump(bootstrap, checkpoints, out)
     shutil.rmtree(work, ignore_errors=True)
@@ -378,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         log.info("running %s at %s (%s) to write %s", Path(__file__).name, arguments.ref, tree, out)
         # The release's tree first on the path: the driver's imports and, through the JVM's
         # environment, every Spark Python worker's. The caches stay the checkout's.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        python_path = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = {**os.environ, "PYTHONPATH": python_path,
                "EOS_KAFKA_CACHE_DIR": str(CHECKOUT / ".cache")}
         command = [sys.executable, str(Path(__file__).resolve()), "--ref", arguments.ref, "--version",
                    arguments.version, "--write", str(out)]

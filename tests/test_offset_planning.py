@@ -16,7 +16,7 @@ from pyspark_eos.source.offset_planning import (
 )
 from pyspark_eos.source.input_partition import input_partitions, task_count
 from pyspark_eos.errors import FormatVersionError
-from pyspark_eos.protocol.checkpoint_offsets import from_json, to_json
+from pyspark_eos.protocol.checkpoint_offsets import from_json, is_kafka_offsets, to_json
 from pyspark_eos.protocol.formats import FORMAT
 from pyspark_eos.source.options import OffsetsSpec
 
@@ -138,3 +138,10 @@ def test_ranges_not_at_their_group_offset_get_a_task_each_and_min_records_1_neve
     assert sorted((r for t in tasks for r in t.ranges), key=lambda r: r.key) == ranges
     tiny = [OffsetRange("a", p, 0, 1) for p in range(5)]
     assert len(input_partitions(tiny, None, None, min_records=1, min_tasks=4)) == 5
+
+
+def test_a_kafka_sources_checkpoint_line_is_told_from_other_sources():
+    assert is_kafka_offsets({"a": {"0": 5, "1": 7}})  # Spark's Kafka source
+    assert is_kafka_offsets({"@format": FORMAT, "a": {"0": 5}})  # eos-kafka's
+    assert not is_kafka_offsets({"logOffset": 3})  # a file source
+    assert not is_kafka_offsets(17) and not is_kafka_offsets({}) and not is_kafka_offsets({"@format": FORMAT})

@@ -159,8 +159,8 @@ def test_a_write_task_that_meets_a_newer_claim_of_its_own_writes_fails_naming_bo
 
     topic = create_topic(kafka.bootstrap_servers, unique_name("upgrade-newer"), 1)
     app = unique_name("newer-app")
-    claim = Claim(CLAIM, f"{NAMES.prefix}.progress.{app}/{topic}", frozenset({(DEFAULT_CLAIMS_TOPIC, 0)}), AttemptOrder(1, 1),
-                  f"{NAMES.prefix}.newer.0", "a task of a newer eos-kafka")
+    claim = Claim(CLAIM, f"{NAMES.prefix}.progress.{app}/{topic}", frozenset({(DEFAULT_CLAIMS_TOPIC, 0)}),
+                  AttemptOrder(1, 1), f"{NAMES.prefix}.newer.0", "a task of a newer eos-kafka")
     ensure_claims_topic(kafka.bootstrap_servers, {}, DEFAULT_CLAIMS_TOPIC)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     producer.produce(DEFAULT_CLAIMS_TOPIC, key=claim.group.encode(), value=_newer(claim.to_json()), partition=0)

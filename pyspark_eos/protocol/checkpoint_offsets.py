@@ -40,9 +40,10 @@ def is_kafka_offsets(line: object) -> bool:
     if not isinstance(line, dict):
         return False
     topics = {topic: partitions for topic, partitions in line.items() if topic != OFFSETS_FORMAT_KEY}
-    return bool(topics) and all(isinstance(partitions, dict) and all(_partition_offset(p, o) for p, o in partitions.items())
+    return bool(topics) and all(isinstance(partitions, dict) and all(map(_partition_offset, partitions.items()))
                                 for partitions in topics.values())
 
 
-def _partition_offset(partition: object, offset: object) -> bool:
+def _partition_offset(item: tuple) -> bool:
+    partition, offset = item
     return str(partition).isdigit() and isinstance(offset, int) and not isinstance(offset, bool)

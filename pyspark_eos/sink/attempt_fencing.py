@@ -110,7 +110,8 @@ class AttemptClaim:
                     and record.generation > stamp.generation)
         if not stamp.run_token:  # no token: no run whose generations could be followed
             return None
-        return await_record(self.clients.consumer(), self.topic, self.claim.offset + 1, stamp.group_id, newer, timeout_s)
+        return await_record(self.clients.consumer(), self.topic, self.claim.offset + 1, stamp.group_id, newer,
+                            timeout_s)
 
     def release(self) -> None:
         # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.
