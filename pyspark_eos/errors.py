@@ -72,3 +72,9 @@ class NonDeterministicReplayError(EosKafkaError):
 class FormatVersionError(EosKafkaError):
     """A record eos-kafka wrote into Kafka or a checkpoint is in a format this version does not
     read: a newer version wrote it (upgrade), or an older one this version no longer reads."""
+
+
+class AdoptionRefusedError(EosKafkaError):
+    """``adopt-checkpoint`` will not commit a checkpoint's position as the group's offsets: the
+    checkpoint or the group is in a state where that would lose, repeat or misplace records.
+    Nothing was committed."""

@@ -11,9 +11,11 @@ How a page runs, in order of its blocks:
   set; blocks that run ``make`` run in the checkout.
 - ``<!-- docs-test: ... -->`` lines (invisible on the rendered page) prepare what a page's
   examples need: ``input TOPIC/PARTITIONS/RECORDS`` (committed records, and an aborted
-  transaction a reader must skip), ``topics TOPIC/PARTITIONS``, ``refill TOPIC`` (that many
-  records more before each block that runs spark-submit), ``exactly-once IN -> OUT GROUP [upper]``
-  (after the page, a plain read_committed consumer finds each input value, transformed, once), ``broker secured`` (a broker of
+  transaction a reader must skip), ``topics TOPIC/PARTITIONS``, ``refill TOPIC [TEXT]`` (that many
+  records more before each bash block whose code holds TEXT; without it, each that runs
+  spark-submit), ``exactly-once IN -> OUT GROUP [upper]`` (after the page, a plain read_committed
+  consumer finds each input value, transformed, once; records written without a transaction, as
+  Spark's own Kafka sink writes them, count as committed), ``broker secured`` (a broker of
   its own with ACL authorization and SASL_SSL, TLS and mutual-TLS listeners; the names the page
   assumes for them, and ``KAFKA_CA_FILE`` for bash blocks) and ``python runtime`` (bash blocks get a fresh
   virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH)
@@ -264,8 +266,8 @@ class PageRunner:
             os.chdir(cwd)
 
     def _run_bash(self, block: Block) -> None:
-        if "spark-submit" in block.code:
-            for (topic,) in self.page.wants("refill"):
+        for topic, *marker in self.page.wants("refill"):
+            if " ".join(marker or ["spark-submit"]) in block.code:
                 self._write_input(topic)
         cwd = CHECKOUT if block.code.startswith("make ") else self.workdir
         result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=cwd, env=self.env,

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pyspark_eos.operator import coordinator_records
+from pyspark_eos.operator.status import PartitionStatus, starting_offsets
 from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.kafka.group_metadata import parse_group_metadata
 from pyspark_eos.testing.embedded_kafka import create_topic
@@ -107,6 +108,7 @@ def test_status_shows_committed_and_pending_offsets_lag_stamps_members_and_trans
     assert set(partitions) == {(pipeline.input, 0), (pipeline.input, 1)}
 
     assert status["state"] == "STABLE" and status["generation"] == pipeline.generation()
+    assert status["starting_offsets"] is None  # partition 1's offset is about to change
     (member,) = status["members"]
     assert member["instance_id"] == "source-member" and member["member_id"] == pipeline.member.memberid()
     assert member["assignment"] == [f"{pipeline.input}-0", f"{pipeline.input}-1"]
@@ -186,6 +188,16 @@ def test_a_connect_timeout_that_is_not_a_positive_number_of_seconds_is_refused(t
     result = run_cli("127.0.0.1:1", "abort-lingering", "--group", "g", "--connect-timeout", timeout, check=False)
     assert result.returncode == 2
     assert f"--connect-timeout must be a number of seconds more than 0, not {timeout}" in result.stderr
+
+
+def test_the_groups_position_as_sparks_starting_offsets():
+    def partition(name: str, number: int, committed: int | None, pending: bool = False) -> PartitionStatus:
+        return PartitionStatus(name, number, committed, pending, 50, None)
+
+    assert starting_offsets([partition("a", 0, 12), partition("a", 1, None), partition("b", 0, 7)]) == \
+        {"a": {"0": 12, "1": -2}, "b": {"0": 7}}  # -2: earliest, for a partition the group never committed
+    assert starting_offsets([partition("a", 0, 12), partition("a", 1, None, pending=True)]) is None
+    assert starting_offsets([]) is None
 
 
 def test_coordinator_partitions_follow_javas_string_hash():

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLev
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import KafkaClientError
+from ..kafka.backoff import with_retries
 from ..kafka.cluster import reachable_admin
 from ..kafka.group_offsets import fetch_committed_once
 from ..protocol.commit_metadata import stored_metadata
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 TRANSACTION_LOG = "__transaction_state"
 GROUP_LOG = "__consumer_offsets"
 REQUEST_TIMEOUT_S = 30.0
+EARLIEST = -2  # in Spark's startingOffsets JSON
 # How long the first request waits for a broker to answer: librdkafka retries a refused
 # connection until a request's own timeout, so a wrong address would otherwise take 30 s to say so.
 CONNECT_TIMEOUT_S = 10.0
@@ -78,6 +80,8 @@ class GroupStatus:
     partitions: list[PartitionStatus]
     transactions: list[TransactionStatus]
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
+    # The group's position as Spark's startingOffsets JSON, for going back to Spark's Kafka source
+    starting_offsets: dict[str, dict[str, int]] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -94,12 +98,16 @@ class ClusterAccess:
     def client_config(self) -> dict[str, str]:
         return {**self.config, "bootstrap.servers": self.bootstrap_servers}
 
+    def admin(self) -> AdminClient:
+        """An AdminClient whose first request has shown that a broker answers."""
+        return reachable_admin(self.config, self.bootstrap_servers, self.connect_timeout_s,
+                               bound_by="--connect-timeout")
+
 
 def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eos-kafka",
            topics: tuple[str, ...] = ()) -> GroupStatus:
-    admin = reachable_admin(access.config, access.bootstrap_servers, access.connect_timeout_s,
-                            bound_by="--connect-timeout")
-    description = _describe_group(admin, group, access)
+    admin = access.admin()
+    description = describe_group(admin, group, access)
     members = [_member(member) for member in description.members]
     notes: list[str] = []
     generation = _generation(access, group, notes)
@@ -111,12 +119,28 @@ def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eo
                                "needs DESCRIBE on the group and the input topics") from error
     transactions = _transactions(access, f"{transactional_id_prefix}.{group}.", notes)
     return GroupStatus(group, transactional_id_prefix, description.state.name, generation, members, partitions,
-                       transactions, notes)
+                       transactions, notes, starting_offsets(partitions))
 
 
-def _describe_group(admin: AdminClient, group: str, access: ClusterAccess):
+def starting_offsets(partitions: list[PartitionStatus]) -> dict[str, dict[str, int]] | None:
+    """The group's position as Spark's ``startingOffsets`` JSON, for going back to Spark's Kafka
+    connector (or to an eos-kafka query without the group): each partition's committed offset, -2
+    (earliest) where the group has none, since Spark wants every partition named. None while an
+    open transaction holds some of them: their offsets are about to change."""
+    if not partitions or any(p.pending for p in partitions):
+        return None
+    offsets: dict[str, dict[str, int]] = {}
+    for p in partitions:
+        offsets.setdefault(p.topic, {})[str(p.partition)] = p.committed if p.committed is not None else EARLIEST
+    return offsets
+
+
+def describe_group(admin: AdminClient, group: str, access: ClusterAccess):
     try:
-        return admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group].result()
+        # Retried: a group's coordinator answers NOT_COORDINATOR while it loads (a new group, a broker
+        # that just started or took the coordinator over).
+        return with_retries(lambda: admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group]
+                            .result(), f"describing consumer group {group!r}", timeout_s=REQUEST_TIMEOUT_S)
     except KafkaException as error:
         raise KafkaClientError(
             f"describing consumer group {group!r} at {access.bootstrap_servers} failed: {error.args[0]}; check "
@@ -140,7 +164,7 @@ def _partitions(admin: AdminClient, group: str, topics: set[str], notes: list[st
     stable = fetch_committed_once(admin, group, keys, REQUEST_TIMEOUT_S)
     if stable.retriable is not None:
         notes.append(f"whether open transactions hold offsets is unknown: {stable.reason()}")
-    last_stable = _last_stable_offsets(admin, keys)
+    last_stable = listed_offsets(admin, keys)
     return [_partition_status(key, committed.get(key), key in stable.unstable, last_stable.get(key)) for key in keys]
 
 
@@ -159,8 +183,10 @@ def _topic_partitions(admin: AdminClient, topic: str) -> list[tuple[str, int]]:
     return [(topic, partition) for partition in metadata.partitions]
 
 
-def _last_stable_offsets(admin: AdminClient, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    request = {TopicPartition(topic, partition): OffsetSpec.latest() for topic, partition in keys}
+def listed_offsets(admin: AdminClient, keys: list[tuple[str, int]], spec: OffsetSpec | None = None
+                   ) -> dict[tuple[str, int], int]:
+    """Each partition's offset by ``spec``; by default the last stable offset (read_committed latest)."""
+    request = {TopicPartition(topic, partition): spec or OffsetSpec.latest() for topic, partition in keys}
     futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                  request_timeout=REQUEST_TIMEOUT_S)
     return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
@@ -254,19 +280,19 @@ def render(status: GroupStatus) -> str:
         lines.append(f"  member {member.member_id} ({kind}) client {member.client_id} host {member.host}: "
                      f"{', '.join(member.assignment) or 'no partitions'}")
     lines.append("input partitions:")
-    lines.append(_table(["partition", "committed", "state", "last-stable", "lag", "batch", "query", "generation"],
-                        [_partition_row(p) for p in status.partitions]))
+    lines.append(text_table(["partition", "committed", "state", "last-stable", "lag", "batch", "query", "generation"],
+                            [_partition_row(p) for p in status.partitions]))
     lines.append(f"transactional ids {status.transactional_id_prefix}.{status.group}.*:")
-    lines.append(_table(["transactional-id", "state", "producer", "epoch", "open-for", "updated", "partitions"],
-                        [_transaction_row(t) for t in status.transactions]))
+    lines.append(text_table(["transactional-id", "state", "producer", "epoch", "open-for", "updated", "partitions"],
+                            [_transaction_row(t) for t in status.transactions]))
     lines.extend(f"note: {note}" for note in status.notes)
     return "\n".join(lines)
 
 
 def _partition_row(p: PartitionStatus) -> list[str]:
     state = "pending (open transaction)" if p.pending else "stable" if p.committed is not None else "none"
-    return [f"{p.topic}-{p.partition}", _text(p.committed), state, _text(p.last_stable), _text(p.lag),
-            _text(p.batch), _text(p.query), _text(p.generation)]
+    return [f"{p.topic}-{p.partition}", cell(p.committed), state, cell(p.last_stable), cell(p.lag),
+            cell(p.batch), cell(p.query), cell(p.generation)]
 
 
 def _transaction_row(t: TransactionStatus) -> list[str]:
@@ -275,11 +301,11 @@ def _transaction_row(t: TransactionStatus) -> list[str]:
             f"{t.updated_s_ago:.0f}s ago", ", ".join(t.partitions) or "-"]
 
 
-def _text(value) -> str:
+def cell(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def text_table(header: list[str], rows: list[list[str]]) -> str:
     if not rows:
         return "  (none)"
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
