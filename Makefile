@@ -10,8 +10,9 @@ COMPAT_ARGS ?=
 CHAOS_SEED ?=
 CHAOS_FAULTS ?= 200
 CHAOS_MINUTES ?= 120
+RELEASE_ARGS ?=
 
-.PHONY: demo test setup broker-jars dist bench chaos compat release-tests spin model
+.PHONY: demo test setup broker-jars dist release bench chaos compat release-tests spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -35,7 +36,7 @@ $(STAMP): setup.cfg pyproject.toml
 broker-jars: $(STAMP)
 	$(PY) -m pyspark_eos.testing.embedded_kafka fetch-jars
 
-## dist: build the wheel (pip), the zip (--py-files) and the Maven artifact (--packages) into dist/
+## dist: build the wheel (pip), the sdist, the zip (--py-files) and the Maven artifact (--packages) into dist/
 # One build at a time (test processes run side by side), and only when what goes into the
 # artifacts changed (the wheel's description is README.md).
 # The package's directories are prerequisites too: removing a module changes its directory.
@@ -48,6 +49,11 @@ dist:
 dist/.built: $(STAMP) setup.cfg pyproject.toml README.md devtools/distribution.py $(wildcard conf/*) $(shell find pyspark_eos -name '*.py' -o -type d -not -name __pycache__)
 	$(PY) -m devtools.distribution --out dist
 	touch $@
+
+## release: build every artifact afresh into dist/, check them (versions, twine, contents, the wheel installed
+## in a fresh virtual environment running a pipeline), then make release-tests; RELEASE_ARGS="--help" for options
+release: setup $(VENV)/.release-installed
+	$(PY) -m devtools.release $(RELEASE_ARGS)
 
 ## bench: every benchmark scenario (benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run, "--scenario copy,..." for some
 bench: setup $(VENV)/.bench-installed
@@ -68,6 +74,10 @@ release-tests: setup
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat
+	touch $@
+
+$(VENV)/.release-installed: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[release]' --config-settings editable_mode=compat
 	touch $@
 
 ## model: model-check the sink's attempt-fencing protocol with spin (see docs/model/README.md)

@@ -2,10 +2,12 @@
 PySpark) against the embedded broker, beyond what docs/deployment.md runs: its page test
 (test_docs.py) already runs each way the page shows (the pip-installed wheel, ``--py-files``,
 ``--packages``) in ``local[2]`` on a Python without the package. Here, what the artifacts hold
-(the runtime and its test kit with the conf/ files it reads, none of the project's tooling), the
-kit's embedded broker run from the unzipped wheel alone, ``--packages`` on two executors, with the
-driver and each executor's Python workers reporting where they imported the package from, and the
-error a Python without confluent-kafka gets.
+(the runtime and its test kit with the conf/ files it reads, none of the project's tooling) and
+the version each states, the kit's embedded broker run from the unzipped wheel alone,
+``--packages`` on two executors, with the driver and each executor's Python workers reporting
+where they imported the package from, and the error a Python without confluent-kafka gets. Before
+a release (``make release``, ``make release-tests``): the wheel installed with pip into a fresh
+virtual environment, running a pipeline.
 """
 from __future__ import annotations
 
@@ -19,23 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from devtools.distribution import MAVEN_COORDINATES, built
+import pyspark_eos
+from devtools.distribution import KIT_CONF, MAVEN_COORDINATES, built, content_problems, declared_versions, expected_files
 from pyspark_eos.testing.local_spark import LOCAL, LOCAL_CLUSTER, spark_java_options
 from pyspark_eos.testing.maven_jars import KAFKA_BROKER
-from pyspark_eos.testing.project_files import CACHE_DIR_ENV, CONF_DIR_ENV, PACKAGED_CONF_FILES, cache_dir
+from pyspark_eos.testing.project_files import CACHE_DIR_ENV, CONF_DIR_ENV, cache_dir
 
 from .spark_tools import Pipeline
-from .virtualenvs import CHECKOUT, RUNTIME, pinned, virtualenv
+from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
 
 SUBMIT_JOB = CHECKOUT / "tests" / "submit_job.py"
-# The test kit the artifacts ship beside the runtime: pyspark_eos/testing/<module>.py, and the
-# files of conf/ it reads in pyspark_eos/testing/conf/.
-TEST_KIT = ("__init__", "certificates", "embedded_kafka", "fault_injection", "jvm_options", "local_spark", "maven_jars",
-            "output_check", "project_files", "secure_listeners")
-KIT_CONF = ("broker-log4j2.properties", "kafka-broker-pom.xml", "server.properties", "spark-log4j2.properties")
-# The project's own tooling (devtools/, examples/, tests/, benchmarks/): never in an artifact.
-TOOLING = {"devtools", "examples", "tests", "benchmarks", "chaos", "distribution", "example_pipeline",
-           "exactly_once_pipeline", "processes", "python_logging", "sitecustomize"}
 
 
 @pytest.fixture(scope="module")
@@ -75,28 +70,20 @@ def assert_imported_from(outcome: dict, archive: str, executors: int = 1) -> Non
 
 
 def test_the_artifacts_ship_the_runtime_and_the_test_kit_and_no_tooling(dist):
-    package = CHECKOUT / "pyspark_eos"
-    runtime = sorted(path.relative_to(CHECKOUT).as_posix() for path in package.rglob("*.py")
-                     if "__pycache__" not in path.parts and path.relative_to(package).parts[0] != "testing")
-    kit = sorted([f"pyspark_eos/testing/{module}.py" for module in TEST_KIT]
-                 + [f"pyspark_eos/testing/conf/{name}" for name in KIT_CONF])
-    assert sorted(PACKAGED_CONF_FILES) == list(KIT_CONF)
-    with zipfile.ZipFile(dist.wheel) as wheel:
-        names = wheel.namelist()
-        (top_level,) = [name for name in names if name.endswith(".dist-info/top_level.txt")]
-        assert wheel.read(top_level).decode().split() == ["pyspark_eos"]
-    modules = sorted(name for name in names if ".dist-info/" not in name)
+    """The wheel (built from the sdist), the sdist, --py-files and --packages: the checkout's files,
+    the same in each (make release checks the same)."""
+    runtime = [name for name in expected_files() if not name.startswith("pyspark_eos/testing/")]
     assert len(runtime) > 25 and "pyspark_eos/__init__.py" in runtime
-    assert [name for name in modules if not name.startswith("pyspark_eos/testing/")] == runtime
-    assert [name for name in modules if name.startswith("pyspark_eos/testing/")] == kit
-    assert [name for name in names if TOOLING & {part.removesuffix(".py") for part in name.split("/")}] == []
-    # --py-files and --packages ship the same files as the wheel; the conf/ files are the checkout's
-    for archive in (dist.wheel, dist.zip, dist.jar):
-        with zipfile.ZipFile(archive) as shipped:
-            assert sorted(name for name in shipped.namelist()
-                          if name != "META-INF/MANIFEST.MF" and ".dist-info/" not in name) == modules, archive
-            for name in KIT_CONF:
-                assert shipped.read(f"pyspark_eos/testing/conf/{name}") == (CHECKOUT / "conf" / name).read_bytes()
+    assert [problem for artifact in (dist.wheel, dist.sdist, dist.zip, dist.jar)
+            for problem in content_problems(artifact)] == []
+
+
+def test_every_artifact_states_the_version_of_the_version_module(dist):
+    versions = declared_versions(dist)
+    assert {"wheel metadata", "sdist PKG-INFO", "jar manifest", "Maven coordinates", "Maven pom"} <= versions.keys()
+    assert {where: version for where, version in versions.items() if version != pyspark_eos.__version__} == {}
+    assert dist.maven_coordinates == f"io.github.eoskafka:pyspark-eos-kafka:{pyspark_eos.__version__}"
+    assert dist.wheel.name == f"pyspark_eos_kafka-{pyspark_eos.__version__}-py3-none-any.whl"
 
 
 # Run by a Python that imports eos-kafka from the unzipped wheel: one broker, a topic, one record
@@ -190,7 +177,7 @@ def test_an_installed_copy_reads_its_own_conf_and_caches_per_user(dist, tmp_path
         assert conf == path / "pyspark_eos" / "testing" / "conf"
     else:
         assert conf.parent == xdg / "eos-kafka" / "packaged-conf"
-    assert sorted(p.name for p in conf.iterdir()) == list(KIT_CONF)
+    assert sorted(p.name for p in conf.iterdir()) == sorted(KIT_CONF)
     for name in KIT_CONF:
         assert (conf / name).read_bytes() == (CHECKOUT / "conf" / name).read_bytes()
 
@@ -204,6 +191,19 @@ def test_spark_submit_packages_resolves_the_jar_from_a_maven_repository(kafka, t
     outcome = report(result)
     assert f"found {MAVEN_COORDINATES.replace(':', '#', 1).replace(':', ';')} in repo-1" in result.stdout + result.stderr
     assert_imported_from(outcome, ".jar/pyspark_eos/", executors=2)
+    pipeline.assert_exactly_once()
+
+
+@pytest.mark.release
+def test_the_wheel_installed_with_pip_runs_an_exactly_once_pipeline(kafka, tmp_path, dist):
+    """What ``pip install`` of the wheel alone gives a user: a fresh virtual environment with the
+    wheel and the dependencies it declares (at this environment's versions, from pip's cache), in
+    which Spark discovers the format with no register() call."""
+    home = tmp_path / "venv"
+    python = virtualenv("wheel", [str(dist.wheel), "--constraint", str(constraints_file(tmp_path))], home=home)
+    pipeline = Pipeline(kafka, tmp_path)
+    outcome = report(spark_submit(python, [], pipeline))
+    assert_imported_from(outcome, f"{home}/lib/")
     pipeline.assert_exactly_once()
 
 

@@ -13,9 +13,14 @@ where it is kept:
 | stamp record (claims topic) | claims_records, claims_log | the driver, per new generation of its membership | write tasks of an older generation's plan (sink/rebalance) |
 | claim, release (claims topic) | claims_records, claims_log | each write task attempt, before its stable read / once its transaction ended | the later attempts of the same task (sink/fence_decision) |
 | commit metadata (generation, batch, query) with each committed offset | commit_metadata | each write task, with the offsets of its transaction | later write tasks' commit decision (sink), the operator's status |
+| a source's offsets in the checkpoint (offsets/<batch>) | checkpoint_offsets | the driver's source, per planned batch (Spark writes it) | the source re-planning a batch; adopt-checkpoint (operator) |
 | read-to-write hand-over file | handover | the task's read(), on the executor's local disk | the same task's write() |
 | which executor, which local directory | executor_identity | — | the hand-over and the sink's transactional ids |
 
+What is kept in Kafka or in the checkpoint (the claims topic's records, commit metadata, the
+checkpoint's offsets) is read by later runs, perhaps of a later version of eos-kafka: each carries
+its format (formats).
+
 Arrows run one way: ``kafka`` ← ``protocol`` ← {``source``, ``sink``} ← the data source and
-the operator tools. This package imports only ``kafka`` and ``errors``.
+the operator tools. This package imports only ``kafka``, ``errors`` and ``version``.
 """
