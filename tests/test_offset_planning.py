@@ -23,14 +23,15 @@ from pyspark_eos.source.options import OffsetsSpec
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 
 
-def test_offset_json_is_sparks_kafka_form_with_its_format_and_round_trips():
+def test_offset_json_is_sparks_kafka_form_and_round_trips():
+    # Users' monitoring reads it from the query's progress (endOffset) as Spark's Kafka source has it.
     offsets = {A0: 5, A1: 7, B0: 0}
-    assert to_json(offsets) == {"@format": FORMAT, "a": {"0": 5, "1": 7}, "b": {"0": 0}}
+    assert to_json(offsets) == {"a": {"0": 5, "1": 7}, "b": {"0": 0}}
     assert from_json(to_json(offsets)) == offsets
 
 
-def test_offset_json_of_a_checkpoint_written_before_formats_reads_as_format_0():
-    assert from_json({"a": {"0": 5, "1": 7}, "b": {"0": 0}}) == {A0: 5, A1: 7, B0: 0}
+def test_offset_json_that_names_a_format_this_version_reads_reads_as_without_it():
+    assert from_json({"@format": FORMAT, "a": {"0": 5, "1": 7}, "b": {"0": 0}}) == {A0: 5, A1: 7, B0: 0}
 
 
 def test_offset_json_of_a_newer_format_is_refused_naming_both_formats():
@@ -142,6 +143,6 @@ def test_ranges_not_at_their_group_offset_get_a_task_each_and_min_records_1_neve
 
 def test_a_kafka_sources_checkpoint_line_is_told_from_other_sources():
     assert is_kafka_offsets({"a": {"0": 5, "1": 7}})  # Spark's Kafka source
-    assert is_kafka_offsets({"@format": FORMAT, "a": {"0": 5}})  # eos-kafka's
+    assert is_kafka_offsets({"@format": FORMAT + 1, "a": {"0": 5}})  # a later format's (from_json refuses it)
     assert not is_kafka_offsets({"logOffset": 3})  # a file source
     assert not is_kafka_offsets(17) and not is_kafka_offsets({}) and not is_kafka_offsets({"@format": FORMAT})

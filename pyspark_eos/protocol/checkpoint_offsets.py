@@ -2,10 +2,13 @@
 them and as Spark's own Kafka connector does.
 
 Spark's offset log (``offsets/<batch>``) holds each batch's end offsets, exclusive, one line per
-source. Spark's Kafka source writes ``{"topic": {"partition": offset}}``; eos-kafka's source
-writes the same with the format it is in under ``"@format"`` (protocol/formats: no topic can be
-named so, and a line written before it had one reads as format 0). The source re-plans batches
-from these lines, and ``adopt-checkpoint`` reads them.
+source. Spark's Kafka source writes ``{"topic": {"partition": offset}}``, and eos-kafka's source
+the same: Spark also shows these offsets in a query's progress (``startOffset``, ``endOffset``),
+where users' monitoring reads them as Spark's Kafka source has them. So formats 0 and 1, which
+share this layout, carry no marker; a later format that changes it adds ``"@format": N`` (no
+topic can be named so), which a version that does not read N refuses by name
+(protocol/formats). The source re-plans batches from these lines, and ``adopt-checkpoint`` reads
+them.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ OFFSETS_FORMAT_KEY = "@format"
 
 
 def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict:
-    result: dict = {OFFSETS_FORMAT_KEY: FORMAT}
+    result: dict = {}
     for (topic, partition), offset in sorted(offsets.items()):
         result.setdefault(topic, {})[str(partition)] = int(offset)
     return result
@@ -27,7 +30,7 @@ def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict:
 
 def from_json(offsets: Mapping) -> Offsets:
     """The offsets of a batch in Spark's offset log, in any format this version reads."""
-    version = offsets.get(OFFSETS_FORMAT_KEY, 0)
+    version = offsets.get(OFFSETS_FORMAT_KEY, FORMAT)
     check_readable({FORMAT_FIELD: version}, "the source's offsets in the query's checkpoint (offsets/)")
     return {(topic, int(partition)): int(offset) for topic, partitions in offsets.items()
             if topic != OFFSETS_FORMAT_KEY for partition, offset in partitions.items()}
