@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger("upgrade_fixtures")
@@ -226,40 +226,13 @@ def dump(bootstrap: str, checkpoints: Path, out: Path) -> None:
 
 def _records(bootstrap: str, topic: str, partitions: int) -> list[list]:
     """Every committed record of ``topic``: [partition, offset, key, value], by partition and offset."""
-    ends = _end_offsets(bootstrap, topic, partitions)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "upgrade-fixtures-dump",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records, done = [], {p for p, end in ends.items() if end == 0}
-    deadline = time.monotonic() + REQUEST_TIMEOUT_S
-    while len(done) < partitions and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error() is not None:
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                done.add(message.partition())
-            continue
-        records.append([message.partition(), message.offset(), _text(message.key()), _text(message.value())])
-    consumer.close()
-    if len(done) < partitions:
-        raise RuntimeError(f"reading {topic} to its end did not finish in {REQUEST_TIMEOUT_S:.0f} s")
-    return sorted(records)
+    from pyspark_eos.testing.output_check import read_committed
+
+    return [[r.partition, r.offset, _text(r.key), _text(r.value)] for r in read_committed(bootstrap, topic, partitions)]
 
 
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8")
-
-
-def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "upgrade-fixtures-dump",
-                         "isolation.level": "read_committed"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), REQUEST_TIMEOUT_S)[1]
-                for p in range(partitions)}
-    finally:
-        consumer.close()
 
 
 def _groups(bootstrap: str) -> dict[str, list[list]]:

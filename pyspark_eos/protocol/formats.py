@@ -3,9 +3,11 @@ the metadata committed with each offset (input offsets and progress records) and
 offsets in Spark's checkpoint.
 
 A running pipeline's state outlives the version of eos-kafka that wrote it: an upgrade continues
-from the claims, offsets and checkpoint the earlier version left. Each record says which format
-it is in and which eos-kafka wrote it, so a version that meets a format it cannot read fails,
-naming both, instead of misreading a claim (and fencing nothing) or a committed offset's batch.
+from the claims, offsets and checkpoint the earlier version left. Each claims record and each
+offset's metadata says which format it is in and which eos-kafka wrote it, so a version that meets
+a format it cannot read fails, naming both, instead of misreading a claim (and fencing nothing) or
+a committed offset's batch. The checkpoint's offsets keep Spark's layout, unmarked while it holds
+(protocol/checkpoint_offsets).
 
 Format 0 is every record written before records carried a format (eos-kafka 0.1.0.dev0): the
 same fields as format 1, without the two below. docs/compatibility.md states which formats each
