@@ -89,3 +89,42 @@ def test_every_configuration_met_its_expectation():
     report = _report()
     assert report["ok"], [(r["name"], r["problem"]) for r in report["results"] if not r["ok"]]
     assert {r["name"] for r in report["results"]} == set(CONFIGS)
+
+
+def _runtime_names() -> dict[str, object]:
+    """Every runtime module of the package by its last name, and every class in them by its name."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import pyspark_eos
+
+    names: dict[str, object] = {}
+    for info in pkgutil.walk_packages(pyspark_eos.__path__, "pyspark_eos."):
+        if ".testing" in info.name or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        names[info.name.rsplit(".", 1)[-1]] = module
+        names.update({name: value for name, value in vars(module).items()
+                      if inspect.isclass(value) and value.__module__ == info.name})
+    return names
+
+
+def test_every_name_of_code_in_the_models_table_of_steps_is_in_the_code():
+    """The table "Model actions and the code" names where each step of the model is done."""
+    import re
+
+    text = (CHECKOUT / "docs" / "model" / "README.md").read_text()
+    table = text.split("### Model actions and the code", 1)[1].split("\n\n", 2)[1]
+    cited = [name for row in table.splitlines()[2:] for name in re.findall(r"`([A-Za-z_][\w.]*)`", row.split("|")[4])]
+    assert len(cited) > 20
+    names = _runtime_names()
+    missing = []
+    for name in cited:
+        first, *rest = name.split(".")
+        found = names.get(first)
+        for attribute in rest:
+            found = getattr(found, attribute, None)
+        if found is None:
+            missing.append(name)
+    assert missing == []

@@ -178,8 +178,7 @@ def test_step6_a_versioned_write_skips_its_own_version_and_older_ones_and_refuse
     stored = Committed(8, progress_metadata(7, "nightly/out", digest, PlanRecord("claims", 42)))
 
     def version(number: int) -> ProgressTarget:
-        return batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "nightly", "txnVersion": str(number)}),
-                                  None, None)
+        return _write_key(SinkOptions.parse({**SINK, "txnAppId": "nightly", "txnVersion": str(number)}), None, None)
     assert version(7).scope == "nightly/out" and version(7).describe() == "txnAppId 'nightly' version 7 into out"
     assert decide_progress_commit(version(8), stored, digest.as_json(), "task 3") is CommitDecision.COMMIT
     assert decide_progress_commit(version(7), stored, digest.as_json(), "task 3") is CommitDecision.SKIP
@@ -190,25 +189,29 @@ def test_step6_a_versioned_write_skips_its_own_version_and_older_ones_and_refuse
         decide_progress_commit(version(7), stored, _digest([_columns([b"a"])]).as_json(), "task 3")
 
 
+def _write_key(options: SinkOptions, query_id: str | None, batch_id: str | None) -> ProgressTarget | None:
+    return batch_write_target(options.txn_app_id, options.txn_version, options.topic, query_id, batch_id)
+
+
 def test_a_batch_writes_key_is_its_options_or_the_foreach_batch_it_runs_in():
     plain = SinkOptions.parse(SINK)
-    assert batch_write_target(plain, None, None) is None  # no key: a plain transactional write
-    in_batch = batch_write_target(plain, "q-1", "4")
+    assert _write_key(plain, None, None) is None  # no key: a plain transactional write
+    in_batch = _write_key(plain, "q-1", "4")
     assert (in_batch.scope, in_batch.version, in_batch.versioned) == ("q-1//out", 4, True)
-    named = batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders"}), "q-1", "4")
+    named = _write_key(SinkOptions.parse({**SINK, "txnAppId": "orders"}), "q-1", "4")
     # Two writes of a batch into one topic; the query's id stays in the key: a new checkpoint's
     # batch ids start again at 0 and must not be skipped as older versions.
     assert (named.scope, named.version) == ("q-1/orders/out", 4)
     assert named.describe() == "foreachBatch of query q-1 txnAppId 'orders' version 4 into out"
-    given = batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders", "txnVersion": "9"}), "q-1", "4")
+    given = _write_key(SinkOptions.parse({**SINK, "txnAppId": "orders", "txnVersion": "9"}), "q-1", "4")
     assert (given.scope, given.version) == ("orders/out", 9)  # both given: Delta's key, across queries
     with pytest.raises(ConfigurationError, match="gives txnAppId without txnVersion.*give both"):
-        batch_write_target(SinkOptions.parse({**SINK, "txnAppId": "orders"}), None, None)
+        _write_key(SinkOptions.parse({**SINK, "txnAppId": "orders"}), None, None)
     with pytest.raises(ConfigurationError, match="gives txnVersion without txnAppId"):
-        batch_write_target(SinkOptions.parse({**SINK, "txnVersion": "3"}), None, None)
+        _write_key(SinkOptions.parse({**SINK, "txnVersion": "3"}), None, None)
     with pytest.raises(ConfigurationError, match="inside foreachBatch .*drop kafka.group.id"):
-        refuse_group_in_foreach_batch(SinkOptions.parse({**SINK, "kafka.group.id": "g"}), "4")
-    refuse_group_in_foreach_batch(SinkOptions.parse({**SINK, "kafka.group.id": "g"}), None)
+        refuse_group_in_foreach_batch("g", "4")
+    refuse_group_in_foreach_batch("g", None)
     for bad, match in (({"txnVersion": "-1"}, "txnVersion='-1' must be a whole number"),
                        ({"txnAppId": " "}, "txnAppId=' ' must be a non-empty printable ASCII"),
                        ({"txnAppId": "a", "kafka.group.id": "g"}, "drop kafka.group.id, or drop txnAppId"),

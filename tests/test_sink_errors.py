@@ -12,7 +12,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from pyspark_eos.sink.options import SinkOptions
-from pyspark_eos.sink.transactional_writer import EosKafkaCommitMessage
+from pyspark_eos.sink.task_info import EosKafkaCommitMessage
 from pyspark_eos.sink.commit_decision import TaskOutcome
 from pyspark_eos.sink.writer import EosKafkaBatchWriter, EosKafkaStreamWriter
 from pyspark_eos.testing import fault_injection as faults

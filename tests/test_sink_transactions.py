@@ -142,7 +142,7 @@ def test_a_plan_with_a_partition_of_another_member_is_refused(shared_group, monk
     (owned,) = stamp.assignment
     foreign = (topic, 1 - owned[1])
     ranges = tuple(OffsetRange(t, p, 0, 0 + 1) for t, p in sorted([owned, foreign]))
-    monkeypatch.setattr("pyspark_eos.sink.transactional_writer.TaskInfo.current",
+    monkeypatch.setattr("pyspark_eos.sink.task_info.TaskInfo.current",
                         classmethod(lambda cls: cls(9001, 0, "0", "q")))
     with pytest.raises(UnassignedPartitionError, match=rf"{foreign[0]}-{foreign[1]}\[0,1\).*not assigned to"):
         write_as_task(bootstrap, group, output, Provenance(ranges, stamp), 9001)
@@ -171,7 +171,7 @@ def test_offsets_committed_by_a_newer_generation_are_not_overwritten(shared_grou
     metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
     producer.send_offsets_to_transaction([TopicPartition(owned[0], owned[1], 0, metadata=newer)], metadata, 30)
     producer.commit_transaction(30)
-    monkeypatch.setattr("pyspark_eos.sink.transactional_writer.TaskInfo.current",
+    monkeypatch.setattr("pyspark_eos.sink.task_info.TaskInfo.current",
                         classmethod(lambda cls: cls(9002, 0, "0", "q")))
     with pytest.raises(UnassignedPartitionError, match="newer generation"):
         write_as_task(bootstrap, group, output, Provenance((OffsetRange(*owned, 0, 1),), stamp), 9002)

@@ -18,6 +18,9 @@ from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.protocol.handover import Provenance
 from pyspark_eos.sink.records import RecordColumns, check_sink_schema
 from pyspark_eos.sink.task_progress import RecordDigest, group_metadata
+from pyspark_eos.kafka.held_clients import Held
+from pyspark_eos.sink.worker_resources import IDLE_CLOSE_S
+from pyspark_eos.kafka.options import ClientSettings
 
 STAMP = GroupStamp(b"CGMDv2:", "g", 3, "m", "i", frozenset({("t", 0), ("t", 1)}))
 PLAN = CommitPlan(((STAMP, (OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 6))),))
@@ -97,46 +100,50 @@ class _Client:
 
 @pytest.fixture
 def worker_pool(monkeypatch):
-    """What a worker holds for the sink, empty, on a clock the test moves; and a way to fill it."""
+    """What a worker holds for the sink, empty, on a clock the test moves; ``use`` fills a
+    configuration's clients at its first use."""
+    from pyspark_eos.kafka.held_clients import Registry
     from pyspark_eos.sink import producer_pool, worker_resources
 
     now = [0.0]
-    monkeypatch.setattr(worker_resources, "_held", {})
-    monkeypatch.setattr(worker_resources, "_clock", lambda: now[0])
+    registry = Registry("a sink configuration", worker_resources.IDLE_CLOSE_S, worker_resources.KEPT_CONFIGURATIONS,
+                        clock=lambda: now[0])
+    monkeypatch.setattr(worker_resources, "WORKER", registry)
 
     def configuration(prefix: str):
-        options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "transactionalIdPrefix": prefix})
-        producer, admin, claims = _Client(), _Client(), _Client()
-        held = worker_resources.held_for(options)
-        held.client(producer_pool.PRODUCER, lambda: producer_pool.WorkerProducer(f"{prefix}.0", producer, 1, 0))
+        return (ClientSettings.of("h:1", {}, 60000), (prefix, None)), (_Client(), _Client(), _Client())
+
+    def use(configuration_and_clients) -> Held:
+        (settings, scope), (producer, admin, claims) = configuration_and_clients
+        held = worker_resources.use(settings, scope)
+        held.client(producer_pool.PRODUCER, lambda: producer_pool.WorkerProducer(f"{scope[0]}.0", producer, 1, 0))
         held.client("admin", lambda: admin)
         held.client("claims", lambda: claims)
         held.fact("existing topics", lambda: {"t"})
-        return options, (producer, admin, claims)
+        return held
 
-    return worker_resources, producer_pool, now, configuration
+    return use, producer_pool, now, configuration
 
 
 def test_a_workers_clients_of_a_sink_configuration_idle_for_two_minutes_are_closed(worker_pool):
-    held, pool, now, configuration = worker_pool
-    (old, old_clients), (new, new_clients) = configuration("old"), configuration("new")
-    held.use(old)
+    use, pool, now, configuration = worker_pool
+    old, new = configuration("old"), configuration("new")
+    use(old)
     now[0] = 60.0
-    held.use(new)
-    now[0] = held.IDLE_CLOSE_S + 1  # old: idle past the limit; new: used 61 s ago
-    held.use(new)
-    assert [c.closed for c in old_clients] == [True, True, True]
-    assert [c.closed for c in new_clients] == [False, False, False]
-    assert pool.cached_slot(old) is None and pool.cached_slot(new) == 0
-    assert held.held_for(old).facts == {} and held.held_for(new).facts == {"existing topics": {"t"}}
+    use(new)
+    now[0] = IDLE_CLOSE_S + 1  # old: idle past the limit; new: used 61 s ago
+    kept = use(new)
+    assert [c.closed for c in old[1]] == [True, True, True]
+    assert [c.closed for c in new[1]] == [False, False, False]
+    assert pool.cached_slot(kept) == 0 and kept.facts == {"existing topics": {"t"}}
 
 
 def test_a_worker_keeps_the_clients_of_its_four_most_recently_used_sink_configurations(worker_pool):
-    held, _, now, configuration = worker_pool
+    use, _, now, configuration = worker_pool
     configurations = [configuration(f"q{i}") for i in range(6)]
-    for options, _ in configurations[:4] + configurations[:1] + configurations[4:]:  # q0 used again after q3
+    for used in configurations[:4] + configurations[:1] + configurations[4:]:  # q0 used again after q3
         now[0] += 1
-        held.use(options)
+        use(used)
     closed = [name for name, (_, clients) in zip("012345", configurations) if all(c.closed for c in clients)]
     assert closed == ["1", "2"]
 
@@ -162,20 +169,20 @@ class _QueueFullOnce:
 def test_a_record_refused_for_a_full_queue_is_sent_once_and_a_refused_retry_names_its_record():
     from confluent_kafka import KafkaError, KafkaException
     from pyspark_eos.sink.records import RecordColumns
-    from pyspark_eos.sink.transactional_writer import _produce_rows
+    from pyspark_eos.sink.produce_records import produce_rows
 
     columns = RecordColumns("t", None, None, [b"a", b"b", b"c"], None)
     producer = _QueueFullOnce()
-    _produce_rows(producer, columns.rows(), False)
+    produce_rows(producer, columns.rows(), False)
     assert producer.sent == [b"a", b"b", b"c"]
     refused = _QueueFullOnce(KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
     with pytest.raises(KafkaException) as raised:
-        _produce_rows(refused, columns.rows(), False)
+        produce_rows(refused, columns.rows(), False)
     assert raised.value.row[:2] == ("t", b"b")
 
 
 def test_closing_an_idle_client_never_fails_the_task_that_closes_it(caplog):
-    from pyspark_eos.kafka.clients import close_client
+    from pyspark_eos.kafka.held_clients import close_client
 
     class Broken:
         purged = False
@@ -284,8 +291,8 @@ def test_a_progress_plan_reads_claims_from_its_lookback_but_not_before_the_tasks
 def test_a_progress_groups_metadata_is_a_memberless_consumers():
     from pyspark_eos.kafka.group_metadata import parse_group_metadata
 
-    options = SinkOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"})
-    metadata = group_metadata("eos-kafka.progress.q.0", options)
+    held = Held(ClientSettings.of("127.0.0.1:9", {}, 60000))
+    metadata = group_metadata(held, "eos-kafka.progress.q.0")
     assert parse_group_metadata(metadata) == (-1, "eos-kafka.progress.q.0", "", None)
 
 
@@ -324,9 +331,11 @@ def test_offsets_refused_to_a_fenced_static_member_say_another_instance_took_ove
 
     from pyspark_eos.sink.task_failures import DeliveryErrors, explain
 
-    options = SinkOptions.parse({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "out", "kafka.group.id": "g"})
+    from pyspark_eos.sink.task_failures import FailureContext
+
+    context = FailureContext(Held(ClientSettings.of("127.0.0.1:9", {}, 60000)), True, True, False)
     refused = KafkaException(KafkaError(KafkaError.FENCED_INSTANCE_ID, "Static consumer fenced by other consumer"))
-    error = explain(refused, "task 3", True, DeliveryErrors(), options)
+    error = explain(refused, "task 3", DeliveryErrors(), context)
     assert isinstance(error, FencedError)
     assert str(error).startswith("task 3: Kafka refused this task's offsets (FENCED_INSTANCE_ID)")
     assert "another instance of the same pipeline" in str(error) and "none of this task's records are visible" in str(error)
@@ -360,18 +369,35 @@ class _TransactionalProducer:
         return lambda *args, **kwargs: self.calls.append(name)
 
 
+class _ClaimingTarget:
+    """A commit whose attempt gets ``claim``."""
+
+    digest = None
+
+    def __init__(self, claim):
+        self.claim = lambda held, worker: claim
+
+    def prepared(self, provenance, count):
+        return self
+
+    def describe(self):
+        return "input t-0[10,20)"
+
+
 def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(monkeypatch):
     from pyspark_eos.sink import transactional_writer as writer
     from pyspark_eos.sink.producer_pool import WorkerProducer
+    from pyspark_eos.sink.task_failures import FailureContext
+    from pyspark_eos.sink.task_info import TaskInfo
 
     claim = _RefusedClaim()
     monkeypatch.setattr(writer, "collect", lambda attempt: ([], []))
-    monkeypatch.setattr(writer, "_input_plan", lambda provenance, options, count: PLAN)
-    monkeypatch.setattr(writer, "_claim", lambda options, plan, task, worker: claim)
-    options = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.group.id": "g"})
+    held = Held(ClientSettings.of("h:1", {}, 60000))
     worker = WorkerProducer("eos-kafka.g.driver.0", _TransactionalProducer(), 1, 0)
-    with pytest.raises(StaleAttemptError, match="none of this task's records are visible"):
-        writer._write_in_slot([], options, worker, writer.TaskInfo.current(), None)
+    task = writer._WriteTask(TaskInfo.current(), held, worker, _ClaimingTarget(claim),
+                             FailureContext(held, True, True, False), 90000)
+    with pytest.raises(StaleAttemptError, match="t-0.*none of this task's records are visible"):
+        task.run([])
     assert "abort_transaction" in worker.producer.calls and "commit_transaction" not in worker.producer.calls
     assert claim.released  # a later attempt must not fence the id of this one, which has ended
 

@@ -1,16 +1,12 @@
 """Kafka clients every side makes the same way: a transactional producer taken over with
-init_transactions, and closing a client without waiting on it."""
+init_transactions."""
 from __future__ import annotations
-
-import logging
 
 from confluent_kafka import KafkaException, Producer
 
 from ..errors import KafkaClientError
 from .cluster import connected
 from .options import files_explained
-
-log = logging.getLogger(__name__)
 
 INIT_TIMEOUT_S = 120.0
 
@@ -37,17 +33,3 @@ def init_transactional_producer(bootstrap_servers: str, kafka_params: dict[str, 
             "check that the brokers are reachable and the principal may WRITE that transactional id"
         ) from error
     return producer
-
-
-def close_client(client) -> None:
-    """Close a client without waiting for what it still holds: a failure is logged, not raised,
-    since it must not fail the task of another query that triggered the closing."""
-    try:
-        # close() flushes, which waits up to message.timeout.ms for records a broker no longer
-        # takes; nothing an idle configuration left queued is waited for.
-        getattr(client, "purge", lambda: None)()
-        # An AdminClient, and a Producer before confluent-kafka 2.13, have no close(): dropped,
-        # they are destroyed.
-        getattr(client, "close", lambda: None)()
-    except Exception as error:  # noqa: BLE001 - see above
-        log.warning("closing an idle Kafka client failed: %s", error)

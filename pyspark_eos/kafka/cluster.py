@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource
 
 from ..errors import ConfigurationError, KafkaClientError
+from . import driver_resources
 from .backoff import error_code
 from .handshake_refusals import HandshakeRefusals, refusal_error
 from .options import files_explained, left_to_executors
@@ -136,19 +137,16 @@ def settled_metadata(look_up: Callable[[], ClusterMetadata | None], topic: str) 
     return metadata
 
 
-# The clusters and output topics this process has looked up, with the settings used. The driver's
-# Python workers that build the sink's writer (twice per micro-batch) live on between batches, so a
-# query pays for one lookup per worker, not one per batch.
-_checked_outputs: set[tuple] = set()
-
-
 def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | None, timeout_s: float,
                  transaction_timeout_ms: int | None = None) -> None:
     """Fail, naming the fix, when no broker answers at ``servers``, the sink's ``topic`` option
     names a topic that does not exist (None: records name their topics; only the cluster is checked),
     or the sink's transactions (``transaction_timeout_ms``; None: none) would be refused their timeout."""
-    key = (servers, topic, tuple(sorted(kafka_params.items())), transaction_timeout_ms)
-    if key in _checked_outputs:
+    # Once per driver process and configuration (driver_resources): Spark builds the writer for
+    # every micro-batch, in Python workers it keeps between batches.
+    checked = driver_resources.use(servers, kafka_params).facts
+    key = ("output checked", topic, transaction_timeout_ms)
+    if key in checked:
         return
     try:
         # With the sink's own settings: the request creates the topic exactly where its producers
@@ -165,7 +163,7 @@ def check_output(kafka_params: Mapping[str, str], servers: str, topic: str | Non
         _require_topic(metadata, servers, topic)
     if transaction_timeout_ms is not None:
         _check_transaction_timeout(admin, servers, metadata, transaction_timeout_ms, timeout_s)
-    _checked_outputs.add(key)
+    checked[key] = True
 
 
 def _check_transaction_timeout(admin: AdminClient, servers: str, metadata: ClusterMetadata, timeout_ms: int,

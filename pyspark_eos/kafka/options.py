@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import socket
+from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from ..errors import ConfigurationError, KafkaClientError
@@ -181,3 +182,26 @@ def parse_topic_name(options: Mapping[str, str], name: str, default: str | None)
         raise ConfigurationError(f"option {name}={value!r} is not a valid Kafka topic name: use 1 to 249 of "
                                  "a-z, A-Z, 0-9, '.', '_' and '-'")
     return value
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What every client of one configuration connects with: the brokers, the user's kafka.*
+    settings (sorted pairs, so that a configuration can key a registry), the transaction timeout."""
+
+    bootstrap_servers: str
+    kafka_items: tuple[tuple[str, str], ...]
+    transaction_timeout_ms: int | None = None  # None: no transactional producer is made with them
+
+    @classmethod
+    def of(cls, bootstrap_servers: str, kafka_params: Mapping[str, str],
+           transaction_timeout_ms: int | None = None) -> "ClientSettings":
+        return cls(bootstrap_servers, tuple(sorted(kafka_params.items())), transaction_timeout_ms)
+
+    @property
+    def kafka_params(self) -> dict[str, str]:
+        return dict(self.kafka_items)
+
+    def config(self) -> dict[str, str]:
+        """A client's configuration: the user's settings and the brokers."""
+        return {**self.kafka_params, "bootstrap.servers": self.bootstrap_servers}

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..errors import KafkaClientError, StaleAttemptError
-from ..kafka.clients import close_client
+from ..kafka.held_clients import close_client
 from ..kafka.cluster import connected
 from ..kafka.options import files_explained
 from .claims_records import Claim, parse_record, plan_value, stamp_value

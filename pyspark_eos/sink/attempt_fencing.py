@@ -66,9 +66,8 @@ from ..protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
 from .fence_decision import FenceOutcome, decide_fence
-from .options import SinkOptions
 from .transactional_id_factory import slots_name
-from .worker_resources import held_for
+from ..kafka.held_clients import Held
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +168,8 @@ def fence(clients: ClaimsClients, zombie: Claim, own: Claim) -> None:
                 zombie.transactional_id, time.monotonic() - started)
 
 
-def claims_clients_for(options: SinkOptions) -> ClaimsClients:
+def claims_clients_for(held: Held, group_id: str | None) -> ClaimsClients:
     """This worker's clients of the claims topic, made once per process like its producer."""
-    return held_for(options).client("claims", lambda: ClaimsClients(
-        options.bootstrap_servers, options.kafka, options.group_id, options.transaction_timeout_ms))
+    settings = held.settings
+    return held.client("claims", lambda: ClaimsClients(
+        settings.bootstrap_servers, settings.kafka_params, group_id, settings.transaction_timeout_ms))

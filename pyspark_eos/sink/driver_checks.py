@@ -18,7 +18,8 @@ import logging
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
 
 from ..errors import ConfigurationError, KafkaClientError
-from ..kafka.clients import close_client
+from ..kafka.held_clients import close_client
+from ..kafka import driver_resources
 from ..kafka.cluster import connected, contact_admin
 from ..kafka.options import files_explained, left_to_executors
 from .options import EXACTLY_ONCE, SinkOptions
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 PROBE_EXECUTOR = "driver-check"
 _UNSUPPORTED = {"_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION", "UNSUPPORTED_FOR_MESSAGE_FORMAT"}
 _UNAVAILABLE = {"_TIMED_OUT", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"}
-_checked: set[tuple] = set()
 
 
 def id_scope(options: SinkOptions, streaming: bool) -> str | None:
@@ -90,13 +90,14 @@ def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed
 
 def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
     """Fail, naming the fix, when the tasks' transactions or claims would be refused; once per
-    process and write configuration (Spark builds a writer every micro-batch). What cannot be
+    process and write configuration while it is in use (driver_resources: Spark builds a writer every
+    micro-batch). What cannot be
     decided here (a client file present only on the executors, an answer that is no refusal) is
     logged and left to the tasks."""
-    key = (options.bootstrap_servers, tuple(sorted(options.kafka.items())), options.transactional_id_prefix,
-           options.group_id, options.txn_app_id, options.claims_topic, options.transaction_timeout_ms,
-           options.delivery_guarantee, streaming)
-    if key in _checked:
+    checked = driver_resources.use(options.bootstrap_servers, options.kafka).facts
+    key = ("sink can commit", options.transactional_id_prefix, options.group_id, options.txn_app_id,
+           options.claims_topic, options.transaction_timeout_ms, options.delivery_guarantee, streaming)
+    if key in checked:
         return
     try:
         decided = options.delivery_guarantee != EXACTLY_ONCE or _check_claims(options, streaming, timeout_s)
@@ -109,7 +110,7 @@ def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: floa
             raise
         return
     if decided:  # a claims topic made later is checked then
-        _checked.add(key)
+        checked[key] = True
 
 
 def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
-from .options import SinkOptions
 
 
 @dataclass(frozen=True)
@@ -44,14 +43,14 @@ def stream_target(query_id: str | None, batch_id: str | None, where: str) -> Pro
     return ProgressTarget(query_id, int(batch_id), versioned=False)
 
 
-def batch_write_target(options: SinkOptions, query_id: str | None, batch_id: str | None) -> ProgressTarget | None:
-    """The key of a batch write's task: the options, or the foreachBatch batch it runs in."""
-    if options.txn_version is None and batch_id is not None and query_id is not None:
-        return _target(f"{query_id}/{options.txn_app_id or ''}", int(batch_id), options.topic,
-                       f"foreachBatch of query {query_id}" + (f" txnAppId {options.txn_app_id!r}" if options.txn_app_id
-                                                             else ""))
-    app_id = options.txn_app_id or query_id
-    version = options.txn_version
+def batch_write_target(txn_app_id: str | None, txn_version: int | None, topic: str | None, query_id: str | None,
+                       batch_id: str | None) -> ProgressTarget | None:
+    """The key of a batch write's task: its txnAppId and txnVersion, or the foreachBatch batch it runs in."""
+    if txn_version is None and batch_id is not None and query_id is not None:
+        return _target(f"{query_id}/{txn_app_id or ''}", int(batch_id), topic,
+                       f"foreachBatch of query {query_id}" + (f" txnAppId {txn_app_id!r}" if txn_app_id else ""))
+    app_id = txn_app_id or query_id
+    version = txn_version
     if app_id is None and version is None:
         return None
     if app_id is None or version is None:
@@ -60,19 +59,19 @@ def batch_write_target(options: SinkOptions, query_id: str | None, batch_id: str
             f"this write gives {given} without {missing}, and runs outside "
             f"a foreachBatch function (which would supply it): give both txnAppId (a name for the job) and "
             "txnVersion (a number that grows with each run of new data), or neither")
-    return _target(app_id, version, options.topic, f"txnAppId {app_id!r}")
+    return _target(app_id, version, topic, f"txnAppId {app_id!r}")
 
 
 def _target(app: str, version: int, topic: str | None, what: str) -> ProgressTarget:
     return ProgressTarget(f"{app}/{topic or ''}", version, True, what, topic)
 
 
-def refuse_group_in_foreach_batch(options: SinkOptions, batch_id: str | None) -> None:
+def refuse_group_in_foreach_batch(group_id: str | None, batch_id: str | None) -> None:
     # Every write of a batch would commit the same input offsets: the first one's commit makes the
     # others look like replays that already committed, and they would write nothing.
-    if batch_id is not None and options.group_id is not None:
+    if batch_id is not None and group_id is not None:
         raise ConfigurationError(
-            f"a batch write with kafka.group.id={options.group_id!r} runs inside foreachBatch (micro-batch "
+            f"a batch write with kafka.group.id={group_id!r} runs inside foreachBatch (micro-batch "
             f"{batch_id}): drop kafka.group.id from this write. Each write then commits its progress under the "
             "query and batch id, exactly-once on a replay of the batch, and the eos-kafka source's group follows "
             "the output once Spark completes the batch")

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from ..kafka.clients import close_client, init_transactional_producer
+from ..kafka.clients import init_transactional_producer
+from ..kafka.held_clients import close_client
 from ..kafka.group_offsets import group_coordinator
-from .options import SinkOptions
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
-from .worker_resources import held_for
+from ..kafka.held_clients import Held
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,13 @@ class WorkerProducer:
 PRODUCER = "producer"
 
 
-def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
-    held = held_for(options)
+def producer_for(held: Held, lease: SlotLease, group_id: str | None) -> WorkerProducer:
+    """The producer of ``lease``'s slot; ``group_id``: the group whose input offsets its tasks
+    send, if any."""
     cached = held.clients.get(PRODUCER)
     # Looked up for a new producer too: the coordinator its first task sends offsets to is the one
     # its next task must find unchanged.
-    coordinator = _group_coordinator(options)
+    coordinator = _group_coordinator(held, group_id)
     if cached is not None and cached.transactional_id == lease.transactional_id and lease.previous_holder == PROCESS_TOKEN:
         if not _coordinator_moved(cached, coordinator):
             cached.group_coordinator = coordinator
@@ -59,14 +60,14 @@ def producer_for(options: SinkOptions, lease: SlotLease) -> WorkerProducer:
         log.info("slot moved (%s -> %s); replacing this worker's producer", cached.transactional_id,
                  lease.transactional_id)
     held.drop(PRODUCER)
-    return held.client(PRODUCER, lambda: WorkerProducer(lease.transactional_id, _new_producer(options, lease.transactional_id),
+    return held.client(PRODUCER, lambda: WorkerProducer(lease.transactional_id, _new_producer(held, lease.transactional_id),
                                                         os.getpid(), lease.slot, coordinator))
 
 
-def _group_coordinator(options: SinkOptions) -> int | None:
-    if not options.commits_input_offsets:
+def _group_coordinator(held: Held, group_id: str | None) -> int | None:
+    if group_id is None:
         return None
-    return group_coordinator(admin_for(options), options.group_id, COORDINATOR_LOOKUP_TIMEOUT_S)
+    return group_coordinator(admin_for(held), group_id, COORDINATOR_LOOKUP_TIMEOUT_S)
 
 
 def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
@@ -82,9 +83,9 @@ def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
     return moved
 
 
-def cached_slot(options: SinkOptions) -> int | None:
+def cached_slot(held: Held) -> int | None:
     """The write slot this worker's producer was made for, if it has one: the slot to lease first."""
-    cached = held_for(options).clients.get(PRODUCER)
+    cached = held.clients.get(PRODUCER)
     return cached.slot if cached is not None and cached.slot >= 0 else None
 
 
@@ -103,25 +104,25 @@ class _DeliveryFailures:
 delivery_failures = _DeliveryFailures()
 
 
-def _new_producer(options: SinkOptions, transactional_id: str) -> Producer:
-    config = {**options.kafka, "delivery.report.only.error": True, "on_delivery": delivery_failures}
-    producer = init_transactional_producer(options.bootstrap_servers, config, transactional_id,
-                                           options.transaction_timeout_ms)
+def _new_producer(held: Held, transactional_id: str) -> Producer:
+    settings = held.settings
+    config = {**settings.kafka_params, "delivery.report.only.error": True, "on_delivery": delivery_failures}
+    producer = init_transactional_producer(settings.bootstrap_servers, config, transactional_id,
+                                           settings.transaction_timeout_ms)
     log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
     return producer
 
 
-def admin_for(options: SinkOptions, renew: bool = False) -> AdminClient:
+def admin_for(held: Held, renew: bool = False) -> AdminClient:
     """This worker's AdminClient for the sink's stable reads of the group's offsets; ``renew``
     replaces it (see group_offsets.fetch_stable_commits)."""
-    held = held_for(options)
     if renew:
         held.drop("admin")
-    return held.client("admin", lambda: AdminClient({**options.kafka, "bootstrap.servers": options.bootstrap_servers}))
+    return held.client("admin", lambda: AdminClient(held.settings.config()))
 
 
-def discard(options: SinkOptions) -> None:
+def discard(held: Held) -> None:
     """Forget this worker's producer after a fatal error; the next task builds a new one."""
-    dropped = held_for(options).drop(PRODUCER)
+    dropped = held.drop(PRODUCER)
     if dropped is not None:
         log.warning("dropping transactional producer %s after a fatal error", dropped.transactional_id)

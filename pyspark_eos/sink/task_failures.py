@@ -16,9 +16,8 @@ from confluent_kafka.admin import ClusterMetadata, ConfigResource, ConfigSource
 
 from ..errors import ConfigurationError, EosKafkaError, FencedError, TransactionFailedError
 from ..kafka.cluster import create_command, settled_metadata, unknown_topic
-from .options import SinkOptions
 from .producer_pool import admin_for
-from .worker_resources import held_for
+from ..kafka.held_clients import Held
 from .records import RecordColumns, SizedRecord, record_size
 
 log = logging.getLogger(__name__)
@@ -42,16 +41,36 @@ _UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 METADATA_TIMEOUT_S = 10.0
 
+
+@dataclass(frozen=True)
+class FailureContext:
+    """What a failed task's explanation draws on: the worker's clients and settings, and what the
+    task's commit promises about the records of the batch's other tasks."""
+
+    held: Held
+    streaming: bool
+    commits_input_offsets: bool
+    records_progress: bool
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.held.settings.bootstrap_servers
+
+    @property
+    def producer_limit(self) -> int:
+        return int(self.held.settings.kafka_params.get("message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES))
+
+
 class TopicCheck:
     """Fails a task at once, naming the topic, when its records are addressed to a topic that does
     not exist, rather than after librdkafka's topic.metadata.propagation.max.ms. A topic that
     exists costs one metadata request per worker; after that a set lookup per batch."""
 
-    def __init__(self, options: SinkOptions, producer: Producer):
+    def __init__(self, held: Held, producer: Producer):
         # Topics this worker has seen the cluster hold: each is looked up once per configuration.
-        self.known = held_for(options).fact("existing topics", set)
+        self.known = held.fact("existing topics", set)
         self.producer = producer
-        self.bootstrap_servers = options.bootstrap_servers
+        self.bootstrap_servers = held.settings.bootstrap_servers
 
     def require(self, names: Iterable[str]) -> None:
         for name in names:
@@ -125,43 +144,38 @@ def _size(record: SizedRecord) -> int:
     return record[0]
 
 
-def explain_local_refusal(error: KafkaException, options: SinkOptions, topic: str, size: int,
-                           partition: int) -> None:
+def explain_local_refusal(error: KafkaException, context: FailureContext, topic: str, size: int,
+                          partition: int) -> None:
     """Raise what produce() refused, explained, when it is about the record itself."""
     code = error.args[0].code()
     if code == KafkaError.MSG_SIZE_TOO_LARGE:  # librdkafka checks its own limit before queueing
         raise TransactionFailedError(
             f"a record of {size} bytes (value, key and headers) to {_where(topic, partition)} is larger than the "
-            f"producer takes: its message.max.bytes is {_producer_limit(options)} bytes, framing included. "
+            f"producer takes: its message.max.bytes is {context.producer_limit} bytes, framing included. "
             "Raise the sink's kafka.message.max.bytes (and the topic's max.message.bytes, which the broker "
             "enforces), or make the records smaller") from error
     if code in _UNKNOWN_TOPIC:
-        raise ConfigurationError(missing_topic(topic, options.bootstrap_servers)) from error
+        raise ConfigurationError(missing_topic(topic, context.bootstrap_servers)) from error
     if code == KafkaError._UNKNOWN_PARTITION:
         raise ConfigurationError(missing_partition(topic, partition)) from error
-
-
-def _producer_limit(options: SinkOptions) -> int:
-    return int(options.kafka.get("message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES))
 
 
 def _where(topic: str, partition: int | None) -> str:
     return topic if partition is None or partition < 0 else f"{topic}-{partition}"
 
 
-def explain(error: Exception, where: str, streaming: bool, delivery: DeliveryErrors,
-            options: SinkOptions) -> Exception:
+def explain(error: Exception, where: str, delivery: DeliveryErrors, context: FailureContext) -> Exception:
     """The error a failed task raises: ``where`` (task, transactional id, input), the cause, and
     what the batch's other tasks left visible."""
     if isinstance(error, KafkaException):
-        kind, cause = _kafka_cause(error, delivery, options)
+        kind, cause = _kafka_cause(error, delivery, context)
     else:
         kind, cause = type(error) if isinstance(error, EosKafkaError) else TransactionFailedError, str(error)
     return kind(f"{where}: {cause}. The transaction was aborted: none of this task's records are visible. "
-                f"{_other_tasks(streaming, options)}")
+                f"{_other_tasks(context)}")
 
 
-def _kafka_cause(error: KafkaException, delivery: DeliveryErrors, options: SinkOptions) -> tuple[type, str]:
+def _kafka_cause(error: KafkaException, delivery: DeliveryErrors, context: FailureContext) -> tuple[type, str]:
     refused = delivery.first
     if refused is None and error.args[0].code() == KafkaError.FENCED_INSTANCE_ID:
         return FencedError, _FENCED_INSTANCE
@@ -169,25 +183,25 @@ def _kafka_cause(error: KafkaException, delivery: DeliveryErrors, options: SinkO
         return TransactionFailedError, error.args[0].str()
     if refused.error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
         largest = delivery.largest_record() or (refused.size, refused.topic, refused.partition)
-        return TransactionFailedError, _too_large_for_topic(refused, largest, options)
+        return TransactionFailedError, _too_large_for_topic(refused, largest, context)
     if refused.error.code() in _UNKNOWN_TOPIC:
-        return ConfigurationError, missing_topic(refused.topic, options.bootstrap_servers)
+        return ConfigurationError, missing_topic(refused.topic, context.bootstrap_servers)
     if refused.error.code() == KafkaError._UNKNOWN_PARTITION:
         return ConfigurationError, missing_partition(refused.topic, refused.partition)
     return TransactionFailedError, (f"a record of {refused.size} bytes to {_where(refused.topic, refused.partition)} "
                                     f"was refused: {refused.error.str()}")
 
 
-def _too_large_for_topic(refused: _Refusal, largest: SizedRecord, options: SinkOptions) -> str:
+def _too_large_for_topic(refused: _Refusal, largest: SizedRecord, context: FailureContext) -> str:
     # The broker checks a whole record batch against the limit, not each record.
     size, topic, partition = largest
-    limit = _topic_size_limit(options, refused.topic)
+    limit = _topic_size_limit(context.held, refused.topic)
     text = (f"Kafka refused records to {_where(refused.topic, refused.partition)} as too large (MSG_SIZE_TOO_LARGE): "
             f"{_limit_text(refused.topic, limit)}, and the largest of this task's records so far was {size} bytes "
             f"(value, key and headers), to {_where(topic, partition)}")
-    raise_limit = (f"raise the topic's limit (kafka-configs.sh --bootstrap-server {options.bootstrap_servers} --alter "
+    raise_limit = (f"raise the topic's limit (kafka-configs.sh --bootstrap-server {context.bootstrap_servers} --alter "
                    f"--entity-type topics --entity-name {refused.topic} --add-config max.message.bytes=<bytes>; "
-                   f"above {_producer_limit(options)} bytes raise the sink's kafka.message.max.bytes too)")
+                   f"above {context.producer_limit} bytes raise the sink's kafka.message.max.bytes too)")
     if limit is not None and size + _BATCH_FRAMING_BYTES <= limit[0]:
         return (f"{text}: no record is too large alone, but librdkafka batches records and the broker refuses a "
                 f"batch above the limit whole. Set the sink's kafka.batch.size below the limit, or {raise_limit}")
@@ -203,12 +217,12 @@ def _limit_text(topic: str, limit: tuple[int, bool] | None) -> str:
     return f"topic {topic} takes record batches of up to {limit_bytes} bytes ({whose})"
 
 
-def _topic_size_limit(options: SinkOptions, topic: str) -> tuple[int, bool] | None:
+def _topic_size_limit(held: Held, topic: str) -> tuple[int, bool] | None:
     """The topic's max.message.bytes and whether the topic sets it (else it is the broker's
     message.max.bytes), or None when the cluster does not tell (e.g. no DESCRIBE_CONFIGS)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
-        futures = admin_for(options).describe_configs([resource], request_timeout=DESCRIBE_TIMEOUT_S)
+        futures = admin_for(held).describe_configs([resource], request_timeout=DESCRIBE_TIMEOUT_S)
         entry = next(iter(futures.values())).result(timeout=DESCRIBE_TIMEOUT_S)["max.message.bytes"]
         return int(entry.value), entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     except Exception as error:  # only an explanation is lost: the task fails with what Kafka said
@@ -216,16 +230,17 @@ def _topic_size_limit(options: SinkOptions, topic: str) -> tuple[int, bool] | No
         return None
 
 
-def _other_tasks(streaming: bool, options: SinkOptions) -> str:
+def _other_tasks(context: FailureContext) -> str:
     # One transaction per task, not per batch: the tasks that finished first stay committed.
+    streaming = context.streaming
     unit = "batch" if streaming else "write"
     committed = f"Other tasks of this {unit} may already have committed: their records stay visible, and "
-    if options.commits_input_offsets:
+    if context.commits_input_offsets:
         again = "a replay of the batch" if streaming else "a rerun from the group's offsets"
         return f"{committed}{again} will not write them again (their input offsets are committed with them)"
-    if streaming and options.records_progress:
+    if streaming and context.records_progress:
         return f"{committed}a replay of the batch will not write them again (their progress is committed with them)"
-    if options.records_progress:
+    if context.records_progress:
         return (f"{committed}a rerun under the same txnAppId and txnVersion, or Spark's replay of the foreachBatch "
                 "batch this write runs in, will not write them again (their progress is committed with them); a "
                 "rerun without either writes them again")

@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer
 
 from ..kafka.group_offsets import Committed
-from ..protocol.claims_log import ClaimsLog, PlanRecord
+from ..protocol.claims_log import PlanRecord
 from ..protocol.commit_metadata import dumps as metadata_dumps, stored_metadata
-from .options import SinkOptions
 from .records import RecordColumns
-from .worker_resources import held_for
+from ..kafka.held_clients import Held
 
 TopicPartitionKey = tuple[str, int]
 _MASK = (1 << 64) - 1
@@ -125,33 +124,14 @@ def committed_plan(committed: Committed) -> int | None:
     return plan if isinstance(plan, int) else None
 
 
-def group_metadata(group_id: str, options: SinkOptions) -> bytes:
+def group_metadata(held: Held, group_id: str) -> bytes:
     """The consumer-group metadata a transactional producer sends with the group's offsets. The
     sink's progress groups have no members: an unsubscribed consumer's (generation -1) is what the
     broker takes for them. Made once per group by each worker (a consumer costs a few ms)."""
     def learn() -> bytes:
-        consumer = Consumer({**options.kafka, "bootstrap.servers": options.bootstrap_servers, "group.id": group_id,
-                             "enable.auto.commit": "false"})
+        consumer = Consumer({**held.settings.config(), "group.id": group_id, "enable.auto.commit": "false"})
         try:
             return consumer.consumer_group_metadata()
         finally:
             consumer.close()
-    return held_for(options).fact(f"group metadata {group_id}", learn)
-
-
-_claims_logs: dict[tuple, ClaimsLog] = {}
-# Beyond the transaction timeout: the broker's sweep for timed-out transactions (every 10 s by
-# default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew between the
-# driver and the executors, whose clocks stamp their claims.
-LOOKBACK_MARGIN_MS = 30_000
-
-
-def open_progress_plan(options: SinkOptions) -> PlanRecord:
-    """The driver's plan record for one micro-batch's write: Spark builds the writer again for every
-    batch, a replayed one too, so a later run's attempts of a task carry a newer plan than any
-    zombie of an earlier run (attempt_fencing). One claims producer per driver process."""
-    key = (options.bootstrap_servers, options.claims_topic, tuple(sorted(options.kafka.items())))
-    if key not in _claims_logs:
-        _claims_logs[key] = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic)
-    return _claims_logs[key].open_plan(f"{options.transactional_id_prefix}.progress",
-                                       lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
+    return held.fact(f"group metadata {group_id}", learn)

@@ -13,12 +13,12 @@ from collections import Counter
 
 from pyspark.sql import datasource
 
-from ..kafka import fault_hooks as faults
+from ..kafka import driver_resources, fault_hooks as faults
+from ..protocol.claims_log import ClaimsLog, PlanRecord
 from ..errors import EosKafkaError
 from .commit_decision import TaskOutcome
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
-from .task_progress import open_progress_plan
 from .transactional_writer import write_task
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,24 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
         text += (f": those records stay visible, and {rerun} writes them again (without kafka.group.id the "
                  "sink commits no input offsets)")
     return f"{text} ({_summary(messages)})"
+
+
+# Beyond the transaction timeout: the broker's sweep for timed-out transactions (every 10 s by
+# default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew between the
+# driver and the executors, whose clocks stamp their claims.
+LOOKBACK_MARGIN_MS = 30_000
+
+
+def open_progress_plan(options: SinkOptions) -> PlanRecord:
+    """The driver's plan record for one micro-batch's write (task_progress): Spark builds the writer
+    again for every batch, a replayed one too, so a later run's attempts of a task carry a newer
+    plan than any zombie of an earlier run (attempt_fencing). One claims log per driver process
+    and configuration (driver_resources)."""
+    held = driver_resources.use(options.bootstrap_servers, options.kafka)
+    claims = held.client(f"claims log {options.claims_topic}",
+                         lambda: ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic))
+    return claims.open_plan(f"{options.transactional_id_prefix}.progress",
+                            lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
 
 
 class _PlannedWriter:

@@ -1,0 +1,172 @@
+"""What a write task commits with its records: the three kinds, as strategies of the one sequence
+in transactional_writer (prepare from the task's hand-over, claim, read the group's offsets,
+decide, send).
+
+- ``InputOffsets``: with kafka.group.id, the end offsets of the input ranges the task read, under
+  the group membership that planned them (commit_decision);
+- ``TaskProgress``: without a group, the task's progress record (task_progress), keyed by its
+  streaming query's micro-batch or by an idempotent batch write (idempotent_writes);
+- ``RecordsOnly``: nothing beside the records (at-least-once, or a batch write without a key).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from confluent_kafka import TopicPartition
+
+from ..errors import ConfigurationError, KafkaClientError
+from ..kafka.group_offsets import Committed, fetch_committed_once
+from ..protocol.claims_log import PlanRecord
+from ..protocol.commit_metadata import partition_metadata
+from ..protocol.group_stamp import GroupStamp
+from ..protocol.handover import Provenance
+from ..protocol.offset_range import TopicPartitionKey
+from .attempt_fencing import AttemptClaim, claim_attempt, claims_clients_for
+from .commit_decision import NEVER, CommitDecision, CommitPlan, commit_plan, decide_input_commit, decide_progress_commit
+from .idempotent_writes import ProgressTarget
+from .producer_pool import WorkerProducer, admin_for
+from .rebalance import under_current_generation
+from .task_info import TaskInfo
+from .task_progress import ProgressKey, RecordDigest, committed_plan, group_metadata, progress_metadata
+from ..kafka.held_clients import Held
+
+
+@dataclass(frozen=True)
+class OffsetsToSend:
+    offsets: list[TopicPartition]
+    group_metadata: bytes
+    stamp: GroupStamp | None = None  # the membership they go under: a rebalance refusal names it
+
+
+class RecordsOnly:
+    """A plain transactional write: a replay or rerun writes its records again."""
+
+    digest = None
+
+    def prepared(self, provenance: list[Provenance], count: int) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class InputOffsets:
+    group_id: str
+    task: TaskInfo
+    plan: CommitPlan | None = None  # set by prepared()
+    digest = None
+
+    def prepared(self, provenance: list[Provenance], count: int) -> "InputOffsets | None":
+        if not provenance and count == 0:
+            return None  # an empty task: nothing read, nothing to commit
+        return replace(self, plan=commit_plan(provenance, self.group_id))
+
+    def claim(self, held: Held, worker: WorkerProducer) -> AttemptClaim | None:
+        plan = self.plan
+        if not plan.fencing:
+            raise ConfigurationError(f"the input of {self.task.describe()} was planned without a claims position; "
+                                     "the source and the sink must be the same eos-kafka version")
+        return claim_attempt(claims_clients_for(held, self.group_id), plan.fencing, self.group_id, plan.partitions,
+                             self.task.task_attempt_id, self.task.describe(), worker.transactional_id,
+                             run_tokens=[stamp.run_token for stamp, _ in plan.by_member])
+
+    def under(self, claim: AttemptClaim | None) -> "InputOffsets":
+        """This commit under the newest generation of the plan's membership (rebalance)."""
+        if claim is None:
+            return self
+        return replace(self, plan=under_current_generation(self.plan, claim, self.task.describe()))
+
+    @property
+    def partitions(self) -> list[TopicPartitionKey]:
+        return self.plan.partitions
+
+    def decide(self, committed: dict[TopicPartitionKey, Committed]) -> CommitDecision:
+        return decide_input_commit(self.plan, committed, self.task.query_id)
+
+    def sends(self, held: Held) -> list[OffsetsToSend]:
+        task = self.task
+        return [OffsetsToSend([TopicPartition(r.topic, r.partition, r.end,
+                                              metadata=partition_metadata(stamp.generation, task.batch_id,
+                                                                          task.query_id))
+                               for r in ranges], stamp.metadata, stamp)
+                for stamp, ranges in self.plan.by_member]
+
+    def describe(self) -> str:
+        return f"input {self.plan.describe()}"
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    key: ProgressKey
+    target: ProgressTarget
+    plan: PlanRecord
+    task: TaskInfo
+    digest: RecordDigest
+
+    def prepared(self, provenance: list[Provenance], count: int) -> "TaskProgress | None":
+        if not self.target.versioned:
+            _check_ungrouped_input(provenance)
+        # Nothing to make visible and nothing to record: an empty attempt that claimed would open
+        # its transaction only when sending its offsets, after its claim (see claim()).
+        return self if count else None
+
+    def claim(self, held: Held, worker: WorkerProducer) -> AttemptClaim | None:
+        _deliver(worker.producer, held.settings.transaction_timeout_ms)
+        key = self.key
+        return claim_attempt(claims_clients_for(held, None), [self.plan], key.claim_group, key.claim_partitions,
+                             self.task.task_attempt_id, self.task.describe(), worker.transactional_id,
+                             not_before=_last_committed_plan(held, key))
+
+    def under(self, claim: AttemptClaim | None) -> "TaskProgress":
+        return self
+
+    @property
+    def group_id(self) -> str:
+        return self.key.group_id
+
+    @property
+    def partitions(self) -> list[TopicPartitionKey]:
+        return [self.key.partition]
+
+    def decide(self, committed: dict[TopicPartitionKey, Committed]) -> CommitDecision:
+        return decide_progress_commit(self.target, committed.get(self.key.partition, NEVER), self.digest.as_json(),
+                                      self.task.describe())
+
+    def sends(self, held: Held) -> list[OffsetsToSend]:
+        target, key = self.target, self.key
+        metadata = progress_metadata(target.version, target.scope, self.digest, self.plan)
+        return [OffsetsToSend([TopicPartition(key.topic, 0, target.version + 1, metadata=metadata)],
+                              group_metadata(held, key.group_id))]
+
+    def describe(self) -> str:
+        return self.key.describe()
+
+
+def _check_ungrouped_input(provenance: list[Provenance]) -> None:
+    # Progress records would make this exactly-once too, but the group's offsets would follow only
+    # once Spark completes each batch (source/group_commits): a restart from them with a new
+    # checkpoint would write again a batch whose output committed just before a crash.
+    groups = sorted({p.group.group_id for p in provenance if p.group is not None})
+    if groups:
+        raise ConfigurationError(
+            f"this task read from an eos-kafka source with kafka.group.id={groups[0]!r}, but the sink has no "
+            f"kafka.group.id: set the sink's kafka.group.id={groups[0]!r} too, so that each task commits the input "
+            "offsets it read in that group with its records (without it the group's offsets lag a batch behind "
+            "the output, and a restart from them with a new checkpoint could write a batch twice), or set "
+            "deliveryGuarantee=at-least-once")
+
+
+def _deliver(producer, transaction_timeout_ms: int) -> None:
+    """Deliver the task's records before it claims: their partitions join its transaction on the
+    broker, whose timeout then runs from before the claim. A later run's attempt reads the claims
+    of one transaction timeout back (attempt_fencing), so an older claim belongs to a transaction
+    the broker has aborted."""
+    left = producer.flush(transaction_timeout_ms / 1000)
+    if left:
+        raise KafkaClientError(f"{left} record(s) of this task were not delivered within the transaction timeout "
+                               f"({transaction_timeout_ms} ms): check that the brokers are reachable")
+
+
+def _last_committed_plan(held: Held, key: ProgressKey) -> int | None:
+    """The plan under which the task last committed, read without waiting for an open transaction
+    (None then: the attempt reads its plan's whole lookback of claims)."""
+    attempt = fetch_committed_once(admin_for(held), key.group_id, [key.partition])
+    return committed_plan(attempt.commits.get(key.partition, NEVER)) if attempt.settled else None
