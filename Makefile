@@ -19,9 +19,12 @@ demo: setup
 	$(PY) -m examples.exactly_once_pipeline
 
 ## test: install everything (venv, package, broker jars) and run the whole test suite
-## (PYTEST_PROCESSES test processes side by side, each with its own broker and Spark; 0: one)
+## (PYTEST_PROCESSES test processes side by side, each with its own broker and Spark; 0: one), while
+## what the later tests need from outside is fetched beside the first ones (tests/prefetch.py)
 test: setup spin
-	$(PY) -m pytest -n $(PYTEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
+	mkdir -p .cache; $(PY) -m tests.prefetch > .cache/prefetch.log 2>&1 & \
+	$(PY) -m pytest -n $(PYTEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	wait; cat .cache/prefetch.log; exit $$status
 
 setup: $(STAMP) broker-jars
 

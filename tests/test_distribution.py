@@ -28,7 +28,8 @@ from pyspark_eos.testing.maven_jars import KAFKA_BROKER
 from pyspark_eos.testing.project_files import CACHE_DIR_ENV, CONF_DIR_ENV, cache_dir
 
 from .spark_tools import Pipeline
-from .virtualenvs import CHECKOUT, RUNTIME, constraints_file, pinned, virtualenv
+from . import virtualenvs
+from .virtualenvs import CHECKOUT, constraints_file, virtualenv
 
 SUBMIT_JOB = CHECKOUT / "tests" / "submit_job.py"
 
@@ -43,7 +44,7 @@ def dist():
 @pytest.fixture(scope="module")
 def runtime_python():
     """The runtime dependencies, without eos-kafka."""
-    return virtualenv("runtime", pinned(*RUNTIME))
+    return virtualenvs.runtime_python()
 
 
 def spark_submit(python: Path, options: list[str], pipeline: Pipeline, *job_args: str,
@@ -208,7 +209,7 @@ def test_the_wheel_installed_with_pip_runs_an_exactly_once_pipeline(kafka, tmp_p
 
 
 def test_load_says_what_to_install_when_confluent_kafka_is_missing(kafka, tmp_path, dist):
-    python = virtualenv("no-kafka-client", pinned("pyspark", "pyarrow"))
+    python = virtualenvs.no_kafka_client_python()
     pipeline = Pipeline(kafka, tmp_path)
     result = spark_submit(python, ["--py-files", str(dist.zip)], pipeline, "register")
     output = result.stdout + result.stderr  # spark-submit merges the Python driver's stderr into stdout

@@ -190,3 +190,20 @@ def test_a_spark_worker_that_wrote_through_the_sink_has_loaded_no_testing_module
     (loaded,) = json.loads(report.read_text())
     assert "pyspark_eos.sink.transactional_writer" in loaded  # the worker that wrote the batch
     assert [name for name in loaded if name.startswith("pyspark_eos.testing")] == []
+
+
+# The driver side of the sink, and the one entry of a write task, which builds what the task holds
+# for its life from the options: every module a task goes through below it takes plain values.
+TAKE_SINK_OPTIONS = {"sink.options", "sink.writer", "sink.driver_checks", "sink.transactional_writer"}
+
+
+def test_only_the_write_tasks_entry_and_the_driver_side_take_the_sinks_options():
+    takers = {_module_name(path).removeprefix("pyspark_eos.") for path in RUNTIME_FILES
+              if "pyspark_eos.sink.options.SinkOptions" in _imported_modules(path)}
+    assert takers | {"sink.options"} == TAKE_SINK_OPTIONS
+
+
+def test_nothing_a_write_task_goes_through_imports_the_writer_back():
+    importers = {_module_name(path).removeprefix("pyspark_eos.") for path in RUNTIME_FILES
+                 if "pyspark_eos.sink.transactional_writer" in _imported_modules(path)}
+    assert importers == {"sink.writer"}  # the driver's writer hands each task to it

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 from pyspark_eos.testing.maven_jars import OLDEST_KAFKA
 
 from .kafka_tools import committed_offsets, create_topic, last_stable_offsets, read_committed, unique_name, write_transactions
-from .virtualenvs import CHECKOUT, virtualenv
+from .virtualenvs import CHECKOUT, RELEASE_OLDER_PYSPARK, SUITE_OLDER_PYSPARK, older_pyspark_python
 
 pytestmark = pytest.mark.older_pyspark
 
@@ -33,14 +32,9 @@ def oldest_kafka(tmp_path_factory) -> EmbeddedKafkaCluster:
         yield cluster
 
 
-def older_pyspark_python(version: str) -> Path:
-    return virtualenv(f"pyspark-{version}", [f"pyspark=={version}", "confluent-kafka", "pyarrow", "pandas"],
-                      ["--no-deps", "-e", str(CHECKOUT), "--config-settings", "editable_mode=compat"])
-
-
 @pytest.mark.parametrize("version, writer", [
-    pytest.param("4.1.4", "DataSourceStreamArrowWriter", marks=pytest.mark.release),
-    ("4.0.5", "DataSourceStreamWriter"),
+    pytest.param(RELEASE_OLDER_PYSPARK, "DataSourceStreamArrowWriter", marks=pytest.mark.release),
+    (SUITE_OLDER_PYSPARK, "DataSourceStreamWriter"),
 ])
 def test_rate_limited_exactly_once_pipeline_on_older_pyspark_and_the_oldest_broker(oldest_kafka, tmp_path, version,
                                                                                     writer):

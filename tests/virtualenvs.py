@@ -45,3 +45,24 @@ def constraints_file(directory: Path) -> Path:
     path = directory / "constraints.txt"
     path.write_text("\n".join(pinned(*RUNTIME, "py4j")) + "\n")
     return path
+
+
+# The older PySpark every make test runs (no admission control for Python sources, no Arrow
+# writer), and the one make release-tests adds (the Arrow writer without admission control).
+SUITE_OLDER_PYSPARK, RELEASE_OLDER_PYSPARK = "4.0.5", "4.1.4"
+
+
+def older_pyspark_python(version: str) -> Path:
+    """An older PySpark with this checkout's eos-kafka (test_older_pyspark)."""
+    return virtualenv(f"pyspark-{version}", [f"pyspark=={version}", "confluent-kafka", "pyarrow", "pandas"],
+                      ["--no-deps", "-e", str(CHECKOUT), "--config-settings", "editable_mode=compat"])
+
+
+def runtime_python() -> Path:
+    """The runtime dependencies, without eos-kafka (test_distribution)."""
+    return virtualenv("runtime", pinned(*RUNTIME))
+
+
+def no_kafka_client_python() -> Path:
+    """PySpark without confluent-kafka: what eos-kafka's load() says there (test_distribution)."""
+    return virtualenv("no-kafka-client", pinned("pyspark", "pyarrow"))
