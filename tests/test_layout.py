@@ -194,7 +194,7 @@ def test_a_spark_worker_that_wrote_through_the_sink_has_loaded_no_testing_module
 
 # The driver side of the sink, and the one entry of a write task, which builds what the task holds
 # for its life from the options: every module a task goes through below it takes plain values.
-TAKE_SINK_OPTIONS = {"sink.options", "sink.writer", "sink.driver_checks", "sink.transactional_writer"}
+TAKE_SINK_OPTIONS = {"data_source", "sink.options", "sink.writer", "sink.driver_checks", "sink.transactional_writer"}
 
 
 def test_only_the_write_tasks_entry_and_the_driver_side_take_the_sinks_options():
