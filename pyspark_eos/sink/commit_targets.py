@@ -49,6 +49,8 @@ class RecordsOnly:
 
 @dataclass(frozen=True)
 class InputOffsets:
+    """With a consumer group: the input ranges the task read, committed in the group (G1)."""
+
     group_id: str
     task: TaskInfo
     plan: CommitPlan | None = None  # set by prepared()
@@ -95,6 +97,8 @@ class InputOffsets:
 
 @dataclass(frozen=True)
 class TaskProgress:
+    """Without a group: the task's progress in a group of its own, ordered by the write's plan record."""
+
     key: ProgressKey
     target: ProgressTarget
     plan: PlanRecord
