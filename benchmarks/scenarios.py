@@ -179,9 +179,9 @@ def cold(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     rows = []
     for size, records in scale.cold_cases:
         source = prepared_input(ground, records, size, scale.partitions)
-        runs: dict[str, list[Run]] = {name: [] for name in COLD_CONTENDERS}
+        runs: dict[str, list[Run]] = {name: [] for name in scale.cold_contenders or COLD_CONTENDERS}
         for repeat in range(scale.repeats):
-            for name in COLD_CONTENDERS:  # alternated, so that drift hits them alike
+            for name in runs:  # alternated, so that drift hits them alike
                 run = measured(name, contenders.cold_job, ground, source, scale.partitions, records, scale.cold_batch,
                                name, size)
                 runs[name].append(run)

@@ -52,6 +52,9 @@ class Scale:
     variants_case: tuple[int, int, int]  # (record bytes, records, records per micro-batch)
     cold_cases: tuple[tuple[int, int], ...]  # (record bytes, records), each job in a fresh driver process
     cold_batch: int                # records per micro-batch of a cold job
+    # The cold scenario's contenders (None: all): each job is a fresh driver of its own, tens of
+    # seconds however few its records, so the smoke runs the two the comparison is between.
+    cold_contenders: tuple[str, ...] | None = None
 
     def with_repeats(self, repeats: int) -> Scale:
         return replace(self, repeats=repeats)
@@ -66,7 +69,7 @@ SCALES = {
                    fencing_partitions=(4,), fencing_records=2_000, fencing_batches=2, fencing_claims=16,
                    latency_rates=(500,), latency_seconds=2, memory_minutes=0.05, memory_rate=500,
                    variants_case=(100, 2_000, 1_000),
-                   cold_cases=((100, 2_000),), cold_batch=1_000),
+                   cold_cases=((100, 2_000),), cold_batch=1_000, cold_contenders=("eos-kafka", "spark-kafka")),
     # About 5 minutes on 2 cores: every scenario, small inputs, one repeat; to try a change.
     "quick": Scale("quick", partitions=8, repeats=1, warm_up=True,
                    copy_cases=((100, 40_000), (1000, 40_000)), batch_records=10_000, alone_records=40_000,
