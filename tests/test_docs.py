@@ -19,7 +19,10 @@ How a page runs, in order of its blocks:
   its own with ACL authorization and SASL_SSL, TLS and mutual-TLS listeners; the names the page
   assumes for them, and ``KAFKA_CA_FILE`` for bash blocks) and ``python runtime`` (bash blocks get a fresh
   virtual environment with PySpark, confluent-kafka and pyarrow, but not eos-kafka, first on PATH)
-  and ``connect`` (a Spark Connect server for the page, its URL in ``SPARK_REMOTE`` for bash blocks).
+  and ``connect`` (a Spark Connect server for the page, its URL in ``SPARK_REMOTE`` for bash blocks),
+  and ``release`` (the page runs in ``make release-tests``, not in every ``make test``: its blocks
+  build a virtual environment of their own and start a fresh Spark application each, the ways of
+  shipping the package that test_distribution checks in every run).
 
 Two blocks are not run here, and the test checks who runs them: ``make test`` is what CI runs
 (.ci/run) and ``make demo`` is run by test_example_pipeline.py.
@@ -146,7 +149,11 @@ def pages_kafka(kafka, tmp_path_factory) -> str:
         yield cluster.bootstrap_servers
 
 
-@pytest.mark.parametrize("path", [p for p in PAGES if read_page(p).blocks], ids=page_id)
+def _page_param(path: Path):
+    return pytest.param(path, marks=pytest.mark.release) if read_page(path).wants("release") else path
+
+
+@pytest.mark.parametrize("path", [_page_param(p) for p in PAGES if read_page(p).blocks], ids=page_id)
 def test_the_page_runs(path, pages_kafka, spark, tmp_path, monkeypatch):
     page = read_page(path)
     with page_broker(page, pages_kafka, tmp_path) as broker, contextlib.ExitStack() as stack:
