@@ -35,7 +35,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-## broker-jars: download the Apache Kafka broker jars with Maven (once): the pinned release and the oldest supported
+## broker-jars: download the pinned Apache Kafka broker's jars with Maven (once; the tests fetch the oldest supported)
 broker-jars: $(STAMP)
 	$(PY) -m pyspark_eos.testing.embedded_kafka fetch-jars
 

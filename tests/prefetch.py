@@ -1,6 +1,6 @@
 """What several tests fetch from outside the checkout, fetched once, up front, beside the first
 tests: ``make test`` starts this in the background and pytest at once. Spark's Kafka connector
-jars (every Spark session of the suite), and the virtual environments of the older PySpark (a
+jars (every Spark session of the suite), the oldest supported Kafka broker's jars, and the virtual environments of the older PySpark (a
 download of its own) and of the runtime with and without confluent-kafka (the slow tests at the
 end). Each entry is filled under its cache lock, so a test that needs one before it is ready waits
 for it instead of fetching it again; where the suite ran before, everything is there and this ends
@@ -13,7 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
+from pyspark_eos.testing.maven_jars import OLDEST_KAFKA, SPARK_KAFKA_CONNECTOR, kafka_broker
 
 from .virtualenvs import SUITE_OLDER_PYSPARK, no_kafka_client_python, older_pyspark_python, runtime_python
 
@@ -21,6 +21,7 @@ log = logging.getLogger("prefetch")
 
 FETCHES = {
     "Spark's Kafka connector jars": SPARK_KAFKA_CONNECTOR.ensure,
+    f"Kafka {OLDEST_KAFKA}'s broker jars": kafka_broker(OLDEST_KAFKA).ensure,
     f"PySpark {SUITE_OLDER_PYSPARK}'s virtual environment": lambda: older_pyspark_python(SUITE_OLDER_PYSPARK),
     "the runtime's virtual environment": runtime_python,
     "the virtual environment without confluent-kafka": no_kafka_client_python,
