@@ -58,13 +58,11 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
         refuse_group_in_foreach_batch(options.group_id, task.batch_id)
     settings = ClientSettings.of(options.bootstrap_servers, options.kafka, options.transaction_timeout_ms)
     held = worker_resources.use(settings, (options.transactional_id_prefix, options.group_id))
+    target = _commit_target(options, task, progress_plan, batch_write)  # a write without its key fails here
+    context = FailureContext(held, task.batch_id is not None, options.commits_input_offsets, options.records_progress)
     with lease_slot(options.transactional_id_prefix, _id_scope(options, task), cached_slot(held)) as lease:
         worker = producer_for(held, lease, options.group_id)
-        context = FailureContext(held, task.batch_id is not None, options.commits_input_offsets,
-                                 options.records_progress)
-        write = _WriteTask(task, held, worker, _commit_target(options, task, progress_plan, batch_write), context,
-                           options.stable_offsets_timeout_ms)
-        return write.run(records)
+        return _WriteTask(task, held, worker, target, context, options.stable_offsets_timeout_ms).run(records)
 
 
 def _id_scope(options: SinkOptions, task: TaskInfo) -> str | None:
