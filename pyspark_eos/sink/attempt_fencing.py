@@ -61,13 +61,13 @@ from confluent_kafka import KafkaException
 from ..errors import ConfigurationError, StaleAttemptError
 from ..kafka.clients import init_transactional_producer
 from ..kafka.fault_hooks import ATTEMPT_FENCING_OFF, switched_off
+from ..kafka.held_clients import Held
 from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_record, read_claims
 from ..protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
 from .fence_decision import FenceOutcome, decide_fence
 from .transactional_id_factory import slots_name
-from ..kafka.held_clients import Held
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from confluent_kafka import TopicPartition
 
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.group_offsets import Committed, fetch_committed_once
+from ..kafka.held_clients import Held
 from ..protocol.claims_log import PlanRecord
 from ..protocol.commit_metadata import partition_metadata
 from ..protocol.group_stamp import GroupStamp
@@ -28,7 +29,6 @@ from .producer_pool import WorkerProducer, admin_for
 from .rebalance import under_current_generation
 from .task_info import TaskInfo
 from .task_progress import ProgressKey, RecordDigest, committed_plan, group_metadata, progress_metadata
-from ..kafka.held_clients import Held
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from ..kafka.clients import init_transactional_producer
+from ..kafka.held_clients import Held
 from ..kafka.held_clients import close_client
 from ..kafka.group_offsets import group_coordinator
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
-from ..kafka.held_clients import Held
 
 log = logging.getLogger(__name__)
 

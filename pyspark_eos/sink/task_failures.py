@@ -16,8 +16,8 @@ from confluent_kafka.admin import ClusterMetadata, ConfigResource, ConfigSource
 
 from ..errors import ConfigurationError, EosKafkaError, FencedError, TransactionFailedError
 from ..kafka.cluster import create_command, settled_metadata, unknown_topic
-from .producer_pool import admin_for
 from ..kafka.held_clients import Held
+from .producer_pool import admin_for
 from .records import RecordColumns, SizedRecord, record_size
 
 log = logging.getLogger(__name__)

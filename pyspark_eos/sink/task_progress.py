@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer
 
 from ..kafka.group_offsets import Committed
+from ..kafka.held_clients import Held
 from ..protocol.claims_log import PlanRecord
 from ..protocol.commit_metadata import dumps as metadata_dumps, stored_metadata
 from .records import RecordColumns
-from ..kafka.held_clients import Held
 
 TopicPartitionKey = tuple[str, int]
 _MASK = (1 << 64) - 1

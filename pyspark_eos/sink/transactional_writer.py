@@ -21,6 +21,7 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException
 
 from ..kafka import fault_hooks as faults
+from ..kafka.held_clients import Held
 from ..kafka.options import ClientSettings
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
 from ..kafka.group_offsets import fetch_stable_commits
@@ -41,7 +42,6 @@ from .task_failures import DeliveryErrors, FailureContext, TopicCheck, explain
 from .task_info import EosKafkaCommitMessage, TaskInfo
 from .task_progress import ProgressKey, RecordDigest
 from .transactional_id_factory import lease_slot
-from ..kafka.held_clients import Held
 
 log = logging.getLogger(__name__)
 
