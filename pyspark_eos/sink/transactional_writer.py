@@ -21,10 +21,10 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException
 
 from ..kafka import fault_hooks as faults
-from ..kafka.held_clients import Held
-from ..kafka.options import ClientSettings
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
 from ..kafka.group_offsets import fetch_stable_commits
+from ..kafka.held_clients import Held
+from ..kafka.options import ClientSettings
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import PlanRecord
 from ..protocol.handover import collect, release
