@@ -17,9 +17,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from ..kafka.clients import init_transactional_producer
-from ..kafka.held_clients import Held
-from ..kafka.held_clients import close_client
 from ..kafka.group_offsets import group_coordinator
+from ..kafka.held_clients import Held, close_client
 from .transactional_id_factory import PROCESS_TOKEN, SlotLease
 
 log = logging.getLogger(__name__)
