@@ -56,7 +56,7 @@ from pyspark_eos.testing.output_check import last_stable_offsets
 from devtools.processes import WorkerSampler
 
 from .python_stream import NullStream, counted
-from .workload import (SteadyInput, busy_fraction, count_committed, cpu_times, process_cpu_seconds,
+from .workload import (SteadyInput, busy_fraction, count_committed, cpu_spent, cpu_times, process_cpu_seconds,
                        sent_at_ns, unique, write_input)
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ def _run_stream(ground: Ground, name: str, frame, fmt: str, options: dict, parti
     query = writer.start()
     query.awaitTermination()
     seconds, busy = time.perf_counter() - started, busy_fraction(cpu, cpu_times())
-    cpu_s = {group: spent - by_process[group] for group, spent in process_cpu_seconds(jvm).items()}
+    cpu_s = cpu_spent(by_process, process_cpu_seconds(jvm))
     every = query.recentProgress
     progress = [p for p in every if p["numInputRows"] > 0]
     batches = [p["durationMs"]["triggerExecution"] for p in progress]

@@ -240,18 +240,27 @@ def busy_fraction(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[0] - before[0]) / max(1, after[1] - before[1])
 
 
-def process_cpu_seconds(jvm_pid: int) -> dict[str, float]:
+def process_cpu_seconds(jvm_pid: int) -> dict[str, object]:
     """CPU seconds so far of a run's processes, by group: ``spark jvm``; ``python``, the Spark JVM's
     Python processes (task workers, the Python sources' and sinks' driver-side runners), with the
     time of those that exited, which their parents hold as waited-for children's; ``kafka broker``;
-    ``benchmark``, this process (the driver's Python side)."""
+    ``benchmark``, this process (the driver's Python side). Subtract two with ``cpu_spent``."""
     own, waited = _stat_seconds(jvm_pid)
-    groups = {"spark jvm": own, "python": waited, "kafka broker": 0.0, "benchmark": _stat_seconds(os.getpid())[0]}
+    groups = {"spark jvm": own, "python": waited, "benchmark": _stat_seconds(os.getpid())[0]}
     for pid in python_descendants(jvm_pid):
         groups["python"] += sum(_stat_seconds(pid))
-    for pid in _kafka_brokers():
-        groups["kafka broker"] += _stat_seconds(pid)[0]
-    return groups
+    return {**groups, "kafka broker": {pid: _stat_seconds(pid)[0] for pid in _kafka_brokers()}}
+
+
+def cpu_spent(before: dict, after: dict) -> dict[str, float]:
+    """The CPU seconds of each group between two ``process_cpu_seconds``. Brokers count only when
+    they ran at both: another's broker stopping meanwhile (the test suite's, beside the smoke) is no
+    CPU of the run's."""
+    spent = {group: after[group] - before[group] for group in after if group != "kafka broker"}
+    brokers_before, brokers_after = before["kafka broker"], after["kafka broker"]
+    both = brokers_after.keys() & brokers_before.keys()
+    spent["kafka broker"] = sum(brokers_after[pid] - brokers_before[pid] for pid in both)
+    return spent
 
 
 def _stat_seconds(pid: int) -> tuple[float, float]:
