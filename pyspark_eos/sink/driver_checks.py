@@ -18,9 +18,9 @@ import logging
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
 
 from ..errors import ConfigurationError, KafkaClientError
-from ..kafka.held_clients import close_client
 from ..kafka import driver_resources
 from ..kafka.cluster import connected, contact_admin
+from ..kafka.held_clients import close_client
 from ..kafka.options import files_explained, left_to_executors
 from .options import EXACTLY_ONCE, SinkOptions
 from .transactional_id_factory import transactional_id
@@ -90,10 +90,9 @@ def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed
 
 def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
     """Fail, naming the fix, when the tasks' transactions or claims would be refused; once per
-    process and write configuration while it is in use (driver_resources: Spark builds a writer every
-    micro-batch). What cannot be
-    decided here (a client file present only on the executors, an answer that is no refusal) is
-    logged and left to the tasks."""
+    process and write configuration while it is in use (driver_resources: Spark builds a writer
+    every micro-batch). What cannot be decided here (a client file present only on the executors,
+    an answer that is no refusal) is logged and left to the tasks."""
     checked = driver_resources.use(options.bootstrap_servers, options.kafka).facts
     key = ("sink can commit", options.transactional_id_prefix, options.group_id, options.txn_app_id,
            options.claims_topic, options.transaction_timeout_ms, options.delivery_guarantee, streaming)

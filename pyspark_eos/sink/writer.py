@@ -13,9 +13,9 @@ from collections import Counter
 
 from pyspark.sql import datasource
 
+from ..errors import EosKafkaError
 from ..kafka import driver_resources, fault_hooks as faults
 from ..protocol.claims_log import ClaimsLog, PlanRecord
-from ..errors import EosKafkaError
 from .commit_decision import TaskOutcome
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
