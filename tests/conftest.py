@@ -14,18 +14,16 @@ import pytest
 
 from pyspark_eos.testing import fault_injection
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
-from pyspark_eos.testing.jvm_options import JVM_OPTIONS_ENV, SHORT_LIVED_JVM
-from pyspark_eos.testing.local_spark import (COMPILED_SPARK_HOME_ENV, LOCAL, LOCAL_CLUSTER, jars_not_in_spark,
-                                            local_spark_session, spark_home_with_compiled_zip, wait_for_executors)
+from pyspark_eos.testing.local_spark import (LOCAL, LOCAL_CLUSTER, jars_not_in_spark, local_spark_session,
+                                            wait_for_executors)
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
+
+from .class_archives import use_suite_jvms
 
 # Before any Spark process starts: the tests arm faults in the processes they start (jobs and
 # clusters in subprocesses too inherit it).
 fault_injection.enable()
-# Spark's Python processes start from a compiled pyspark.zip (compile-pyspark-zip): each of the
-# suite's many queries starts some fifteen of them, which would each compile PySpark again.
-os.environ[COMPILED_SPARK_HOME_ENV] = str(spark_home_with_compiled_zip())
-os.environ.setdefault(JVM_OPTIONS_ENV, SHORT_LIVED_JVM)
+use_suite_jvms()  # before any JVM starts: the jobs and clusters in subprocesses inherit it too
 
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 

@@ -2,7 +2,7 @@
 tests: ``make test`` starts this in the background and pytest at once. Spark's Kafka connector
 jars (every Spark session of the suite), the oldest supported Kafka broker's jars, and the virtual environments of the older PySpark (a
 download of its own) and of the runtime with and without confluent-kafka (the slow tests at the
-end). Each entry is filled under its cache lock, so a test that needs one before it is ready waits
+end), and the class archives every later Spark and Kafka JVM of the suite starts faster with. Each entry is filled under its cache lock, so a test that needs one before it is ready waits
 for it instead of fetching it again; where the suite ran before, everything is there and this ends
 at once. ``python -m tests.prefetch`` logs what it fetched and how long each took.
 """
@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pyspark_eos.testing.maven_jars import OLDEST_KAFKA, SPARK_KAFKA_CONNECTOR, kafka_broker
 
+from . import class_archives
 from .virtualenvs import SUITE_OLDER_PYSPARK, no_kafka_client_python, older_pyspark_python, runtime_python
 
 log = logging.getLogger("prefetch")
@@ -25,6 +26,7 @@ FETCHES = {
     f"PySpark {SUITE_OLDER_PYSPARK}'s virtual environment": lambda: older_pyspark_python(SUITE_OLDER_PYSPARK),
     "the runtime's virtual environment": runtime_python,
     "the virtual environment without confluent-kafka": no_kafka_client_python,
+    "the class archives of the suite's JVMs": class_archives.record,
 }
 
 

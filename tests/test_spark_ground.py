@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos.kafka.schema import kafka_schema
+from pyspark_eos.testing.embedded_kafka import kafka_tool_command
 from pyspark_eos.testing.jvm_options import JVM_OPTIONS_ENV, extra_jvm_options
-from pyspark_eos.testing.local_spark import executor_ids
+from pyspark_eos.testing.local_spark import executor_ids, launched_spark_home, spark_java_options
+
+from . import class_archives
 
 DISCOVERY_SCRIPT = textwrap.dedent(
     """
@@ -73,3 +76,17 @@ def test_the_suites_jvms_run_with_its_jvm_options(spark, kafka):
     if kafka.cluster is not None:  # an external broker is not ours to start
         broker_jvm = Path(f"/proc/{next(iter(kafka.cluster.pids.values()))}/cmdline").read_bytes().split(b"\0")
         assert {option.encode() for option in wanted} <= set(broker_jvm), broker_jvm
+
+
+def test_the_suites_spark_and_kafka_jvms_start_from_their_class_archives():
+    # -Xshare:on makes a JVM that cannot map its archive (none given, another classpath's, another
+    # JDK's) fail to start, where the suite's JVMs would start without it, only slower.
+    class_archives.record()  # made by the prefetch; waits for it if it is recording them now
+    home = launched_spark_home()
+    spark = subprocess.run([str(home / "bin" / "spark-submit"), "--driver-java-options",
+                            f"-Xshare:on {spark_java_options()}", "--version"],
+                           env={**os.environ, "SPARK_HOME": str(home)}, capture_output=True, text=True, timeout=120)
+    assert spark.returncode == 0 and "SharedArchiveFile" in spark_java_options(), spark.stderr[-2000:]
+    java, *options = kafka_tool_command("org.apache.kafka.tools.TopicCommand")
+    kafka = subprocess.run([java, "-Xshare:on", *options, "--version"], capture_output=True, text=True, timeout=120)
+    assert kafka.returncode == 0 and any("SharedArchiveFile" in option for option in options), kafka.stderr[-2000:]

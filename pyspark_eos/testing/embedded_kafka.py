@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .certificates import TlsFiles, make_tls_files
-from .jvm_options import extra_jvm_options
+from .jvm_options import class_archive_options, extra_jvm_options
 from .maven_jars import KAFKA_VERSION_ENV, OLDEST_KAFKA, kafka_broker
 from .secure_listeners import SECURE_LISTENERS, secure_settings
 from ..errors import EmbeddedKafkaError
@@ -145,6 +145,7 @@ class EmbeddedKafkaCluster:
         tie_to_parent: bool = True,
         secure: bool = False,
         kafka_version: str | None = None,
+        broker_jvm_options: Sequence[str] = (),
     ):
         if nodes < 1:
             raise EmbeddedKafkaError(f"a cluster needs at least one node, got nodes={nodes}")
@@ -158,6 +159,7 @@ class EmbeddedKafkaCluster:
         self.secure = secure
         # The Kafka release the nodes run (maven_jars.kafka_broker: default the pom's pin).
         self.jars = kafka_broker(kafka_version)
+        self.broker_jvm_options = list(broker_jvm_options)
         self.tls: TlsFiles | None = None
         self.nodes: list[NodeSpec] = []
         self.pids: dict[int, int] = {}
@@ -378,7 +380,7 @@ class EmbeddedKafkaCluster:
         java = shutil.which("java")
         if java is None:
             raise EmbeddedKafkaError("java is not on PATH: the Kafka broker needs Java 17 or newer")
-        extra = extra_jvm_options()
+        extra = extra_jvm_options() + class_archive_options(kafka_classpath_key(classpath))
         # A JVM refuses two collectors: the extras' choice, if they make one, replaces Kafka's G1.
         collector = [] if any(o.startswith("-XX:+Use") and o.endswith("GC") for o in extra) else ["-XX:+UseG1GC"]
         return [
@@ -404,7 +406,7 @@ class EmbeddedKafkaCluster:
     def _launch(self, classpath: str, node: NodeSpec) -> None:
         with open(node.log_path, "ab") as log_file:
             process = subprocess.Popen(
-                self._java(classpath, node) + ["kafka.Kafka", str(node.config_path)],
+                self._java(classpath, node) + self.broker_jvm_options + ["kafka.Kafka", str(node.config_path)],
                 stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=die_with_parent() if self.tie_to_parent else None,
@@ -489,8 +491,13 @@ def kafka_tool_command(main_class: str) -> list[str]:
     """What Kafka's bin/ scripts run: one of its command-line tools (kafka-acls.sh is
     ``org.apache.kafka.tools.AclCommand``), from the same released jars as the broker."""
     java = shutil.which("java") or "java"
+    classpath = kafka_broker().classpath()
     return [java, f"-Dlog4j2.configurationFile={conf_file('broker-log4j2.properties')}", *extra_jvm_options(),
-            "-cp", kafka_broker().classpath(), main_class]
+            *class_archive_options(kafka_classpath_key(classpath)), "-cp", classpath, main_class]
+
+
+def kafka_classpath_key(classpath: str) -> str:
+    return f"kafka {classpath}"
 
 
 def _default_directory() -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..operator.pyspark_bytecode import compile_pyspark_zip
-from .jvm_options import extra_jvm_options
+from .jvm_options import class_archive_options, extra_jvm_options
 from .project_files import cache_dir, cache_lock, conf_dir
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,14 @@ FAST_EXECUTOR_LOSS = {
 
 
 def spark_java_options() -> str:
-    """The driver's and executors' JVM options: the project's logging, and jvm_options' extras."""
-    return " ".join([*_log4j_options(), *extra_jvm_options()])
+    """The driver's and executors' JVM options: the project's logging, jvm_options' extras, and the
+    class archive of the Spark home local_spark_session launches (a JVM of another home ignores it)."""
+    return " ".join([*_log4j_options(), *extra_jvm_options(), *class_archive_options(spark_classpath_key())])
+
+
+def spark_classpath_key(home: Path | None = None) -> str:
+    """What a Spark JVM's classpath is made of: its Spark home's jars (and conf/)."""
+    return f"spark {home or launched_spark_home()}"
 
 
 def _log4j_options() -> list[str]:
