@@ -203,16 +203,17 @@ CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 @contextlib.contextmanager
 def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 180.0):
-    """A Spark Connect server on 127.0.0.1, started with the installed PySpark's ``spark-submit``
-    (its jars include the server), its Python workers on this interpreter; yields the ``sc://``
-    URL a client connects to. Its log goes to ``log_file``."""
+    """A Spark Connect server on 127.0.0.1, started with ``spark-submit`` from the Spark home
+    local_spark_session launches (the installed PySpark's jars include the server), its Python
+    workers on this interpreter; yields the ``sc://`` URL a client connects to. Its log goes to
+    ``log_file``."""
     from .embedded_kafka import free_ports
 
     port = free_ports(1)[0]
     java_options = spark_java_options()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop("SPARK_HOME", None)  # the pip-installed PySpark's own
-    command = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, "--class", CONNECT_SERVER_CLASS,
+    home = launched_spark_home()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(home)}
+    command = [str(home / "bin" / "spark-submit"), "--master", master, "--class", CONNECT_SERVER_CLASS,
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", f"spark.connect.grpc.binding.port={port}",
                "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
