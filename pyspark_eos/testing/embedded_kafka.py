@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from .certificates import TlsFiles, make_tls_files
 from .jvm_options import class_archive_options, extra_jvm_options

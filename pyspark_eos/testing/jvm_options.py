@@ -7,8 +7,8 @@ they give back. The benchmarks leave it unset, so that every contender runs on t
 
 The suite also sets ``EOS_KAFKA_TEST_CLASS_ARCHIVES``, a directory of class-data-sharing archives
 (JDK's AppCDS, one per classpath and JVM): a JVM started with an archive maps the classes a
-recorded run loaded instead of reading, verifying and parsing them from the jars again, which is
-most of what a Spark driver or a Kafka broker spends starting. ``recording_class_archive`` makes
+recorded run loaded instead of reading, verifying and parsing them from the jars again, much of
+what a Spark driver or a Kafka broker spends starting. ``recording_class_archive`` makes
 one from a run; until one exists, JVMs start without it.
 """
 from __future__ import annotations
