@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark_eos.testing.jvm_options import CLASS_ARCHIVES_ENV
+from tests import class_archives
 
 from .report import machine
 from .workload import cpu_times
@@ -52,10 +53,8 @@ def timed(code: str, archives: bool) -> tuple[float, float]:
     cpu, wall = busy_seconds(), time.perf_counter()
     done = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=ROOT, env=env, check=True,
                           capture_output=True, text=True, timeout=600)
-    if done.stdout.strip():  # a driver's JVM, which exits after its Python process: its last CPU counts too
-        jvm, deadline = Path(f"/proc/{done.stdout.split()[-1]}"), time.monotonic() + 60
-        while jvm.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    if done.stdout.strip():  # the Spark start printed its driver's JVM
+        class_archives.wait_for_driver_jvm(int(done.stdout.split()[-1]))
     return busy_seconds() - cpu, time.perf_counter() - wall
 
 
@@ -64,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    from tests import class_archives
-
     log.info("class archives: %s", class_archives.record())
     runs: dict[tuple[str, bool], list[tuple[float, float]]] = {(s, a): [] for s in STARTS for a in (False, True)}
     for round_ in range(args.rounds):

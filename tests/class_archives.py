@@ -6,7 +6,6 @@ classpath, as the suite's sessions have) records the Spark home's. Usage, as a d
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from pyspark_eos.testing.local_spark import COMPILED_SPARK_HOME_ENV, spark_class
 from pyspark_eos.testing.maven_jars import kafka_broker
 from pyspark_eos.testing.project_files import cache_dir, cache_lock
 
-log = logging.getLogger(__name__)
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
@@ -66,15 +64,15 @@ def _run_driver(spark_key: str, bootstrap: str, work: Path) -> None:
                               env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"the recording driver failed: {done.stderr[-3000:]}")
-        _wait_for_exit(json.loads(done.stdout.strip().splitlines()[-1])["jvm"])
+        wait_for_driver_jvm(json.loads(done.stdout.strip().splitlines()[-1])["jvm"])
 
 
-def _wait_for_exit(pid: int, timeout: float = 120.0) -> None:
-    # The driver's JVM exits after its Python process, once it sees the gateway closed, and writes
-    # the archive on its way out.
+def wait_for_driver_jvm(pid: int, timeout: float = 120.0) -> None:
+    """A PySpark driver's JVM exits after its Python process, once it sees the gateway closed: the
+    archive it records, and the last of its CPU, come after that."""
     from .kafka_tools import wait_until
 
-    wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout, f"the recording driver's JVM {pid} to exit")
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout, f"the driver's JVM {pid} to exit")
 
 
 def _drive(bootstrap: str, work: Path) -> None:

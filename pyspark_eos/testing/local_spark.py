@@ -43,9 +43,10 @@ def spark_java_options() -> str:
     return " ".join([*_log4j_options(), *extra_jvm_options(), *class_archive_options(spark_classpath_key())])
 
 
-def spark_classpath_key(home: Path | None = None) -> str:
-    """What a Spark JVM's classpath is made of: its Spark home's jars (and conf/)."""
-    return f"spark {home or launched_spark_home()}"
+def spark_classpath_key() -> str:
+    """What the classpath of a Spark JVM local_spark_session launches is made of: its Spark home's
+    jars (and conf/)."""
+    return f"spark {launched_spark_home()}"
 
 
 def _log4j_options() -> list[str]:
