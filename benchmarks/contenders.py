@@ -388,18 +388,23 @@ BENCHMARKS_ROOT = Path(__file__).resolve().parent.parent
 # compiled bytecode (``python -m pyspark_eos compile-pyspark-zip``), in a Spark home of its own;
 # the others from the installed PySpark's, whatever the benchmark itself was started with.
 COMPILED_ZIP = " + compiled pyspark.zip"
+# A cold job's contender whose Spark starts its Python processes from this interpreter, not warm
+# from pyspark-eos-python (local_spark_session's default, the recommended setting).
+PLAIN_PYTHON = " + plain python"
 
 
 def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: int, name: str, size: int) -> Run:
     """``name``'s copy in a fresh driver process of its own (``cold_job.py``): a Spark session, one
     AvailableNow query, the end. Timed from the query's start(); the process's whole life, Spark's
     start included, is ``extra["process_s"]``."""
-    copy = name.removesuffix(COMPILED_ZIP)
+    copy = name.removesuffix(COMPILED_ZIP).removesuffix(PLAIN_PYTHON)
     command = [sys.executable, "-m", "benchmarks.cold_job", "--contender", copy, "--bootstrap", ground.bootstrap,
                "--source", source, "--partitions", str(partitions), "--records", str(records), "--batch", str(batch),
                "--size", str(size), "--work", str(ground.work / unique("cold"))]
     env = {key: value for key, value in os.environ.items() if key != COMPILED_SPARK_HOME_ENV}
-    if copy != name:
+    if name.endswith(PLAIN_PYTHON):
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if name.endswith(COMPILED_ZIP):
         env[COMPILED_SPARK_HOME_ENV] = str(spark_home_with_compiled_zip())
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=BENCHMARKS_ROOT, env=env)

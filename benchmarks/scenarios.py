@@ -169,9 +169,10 @@ def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ cold
 
-# eos-kafka once more with Spark's Python processes started from a compiled pyspark.zip: how
-# much of Spark's charge a user can take off.
-COLD_CONTENDERS = (*cold_job.COPIES, EOS + contenders.COMPILED_ZIP)
+# eos-kafka once more with Spark's Python processes started from a plain interpreter, and with
+# them started from a compiled pyspark.zip: what the recommended setting (pyspark-eos-python) takes
+# off, and the older remedy that rewrites a Spark installation.
+COLD_CONTENDERS = (*cold_job.COPIES, EOS + contenders.PLAIN_PYTHON, EOS + contenders.COMPILED_ZIP)
 
 
 def cold(ground: Ground, scale: Scale, options: Options) -> list[dict]:

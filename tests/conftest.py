@@ -17,6 +17,7 @@ from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 from pyspark_eos.testing.local_spark import (LOCAL, LOCAL_CLUSTER, jars_not_in_spark, local_spark_session,
                                             wait_for_executors)
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
+from pyspark_eos.workers.handoff import IDLE_SECONDS_ENV
 
 from .class_archives import use_suite_jvms
 
@@ -24,6 +25,8 @@ from .class_archives import use_suite_jvms
 # clusters in subprocesses too inherit it).
 fault_injection.enable()
 use_suite_jvms()  # before any JVM starts: the jobs and clusters in subprocesses inherit it too
+# The fork servers of the suite's Spark Python processes (pyspark-eos-python) end soon after it.
+os.environ.setdefault(IDLE_SECONDS_ENV, "120")
 
 EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 

@@ -1,6 +1,8 @@
 """Running eos-kafka streaming queries in tests and recording what each micro-batch saw."""
 from __future__ import annotations
 
+from collections import Counter
+
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -112,9 +114,10 @@ class Pipeline:
 
     def assert_exactly_once(self) -> None:
         """Every committed input record's value once in the output, and the offsets at the end."""
-        values = self.output_values()
-        assert sorted(values) == sorted(self.input_values())
-        assert len(values) == len(set(values))
+        values, expected = Counter(self.output_values()), Counter(self.input_values())
+        assert values == expected, (f"missing {sorted(expected - values)[:20]} ({sum((expected - values).values())}), "
+                                    f"extra {sorted(values - expected)[:20]} ({sum((values - expected).values())})")
+        assert max(values.values(), default=1) == 1
         self.assert_offsets_at_input_end()
 
     def assert_offsets_at_input_end(self) -> None:

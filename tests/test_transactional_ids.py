@@ -7,14 +7,14 @@ import subprocess
 import sys
 import textwrap
 
-from pyspark_eos.sink.transactional_id_factory import PROCESS_TOKEN, lease_slot
+from pyspark_eos.sink.transactional_id_factory import lease_slot, process_token
 
 HOLDER = textwrap.dedent(
     """
     import sys
-    from pyspark_eos.sink.transactional_id_factory import PROCESS_TOKEN, lease_slot
+    from pyspark_eos.sink.transactional_id_factory import lease_slot, process_token
     with lease_slot("p", "g") as lease:
-        print(lease.slot, lease.transactional_id, PROCESS_TOKEN, flush=True)
+        print(lease.slot, lease.transactional_id, process_token(), flush=True)
         sys.stdin.readline()  # holds the slot until told to go on, or killed
     """
 )
@@ -36,7 +36,32 @@ def test_a_dead_workers_slot_and_transactional_id_go_to_the_next_task(tmp_path, 
     with lease_slot("p", "g") as lease:
         assert (lease.slot, lease.transactional_id, lease.previous_holder) == (0, "p.g.3.0", holder_token)
     with lease_slot("p", "g") as again:
-        assert again.slot == 0 and again.previous_holder == PROCESS_TOKEN
+        assert again.slot == 0 and again.previous_holder == process_token()
+
+
+FORKED_HOLDERS = textwrap.dedent(
+    """
+    import os
+    from pyspark_eos.sink.transactional_id_factory import lease_slot, process_token
+    for _ in range(2):  # workers forked one after the other from a process that imported the module
+        pid = os.fork()
+        if pid == 0:
+            with lease_slot("p", "g") as lease:
+                print(lease.slot, lease.previous_holder == process_token(), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """
+)
+
+
+def test_workers_forked_after_the_import_are_holders_of_their_own(tmp_path, monkeypatch):
+    # As a fork server's daemon forks them (pyspark_eos.daemon): the second must not take the
+    # first's producer for its own, which would skip init_transactions on a transactional id
+    # another process may still use.
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", FORKED_HOLDERS], capture_output=True, text=True, timeout=60,
+                            env=os.environ.copy())
+    assert result.stdout.split("\n")[:2] == ["0 False", "0 False"], result.stderr
 
 
 def test_slots_of_different_pipelines_are_independent(tmp_path, monkeypatch):
@@ -51,12 +76,12 @@ def test_slots_of_different_pipelines_are_independent(tmp_path, monkeypatch):
 POOLED_WORKER = textwrap.dedent(
     """
     import sys
-    from pyspark_eos.sink.transactional_id_factory import PROCESS_TOKEN, lease_slot
+    from pyspark_eos.sink.transactional_id_factory import lease_slot, process_token
     for line in sys.stdin:
         words = line.split()
         preferred = int(words[1]) if len(words) > 1 else None
         with lease_slot("p", "g", preferred) as lease:
-            print(lease.slot, lease.previous_holder == PROCESS_TOKEN, flush=True)
+            print(lease.slot, lease.previous_holder == process_token(), flush=True)
             sys.stdin.readline()  # release
         print("released", flush=True)
     """
@@ -93,7 +118,7 @@ def test_a_worker_keeps_its_slot_and_an_idle_workers_slot_is_left_to_it(tmp_path
         with lease_slot("p", "g") as lease:
             assert lease.slot == 1  # not slot 0, whose last holder would lose its producer
         with lease_slot("p", "g", preferred=1) as lease:
-            assert (lease.slot, lease.previous_holder) == (1, PROCESS_TOKEN)  # our producer: no init_transactions
+            assert (lease.slot, lease.previous_holder) == (1, process_token())  # our producer: no init_transactions
         assert idle.lease(preferred=0) == (0, True)  # nobody used slot 0 since: its producer is reused
         idle.release()
     finally:
@@ -109,6 +134,6 @@ def test_a_dead_workers_slot_goes_before_the_slot_a_worker_prefers(tmp_path, mon
     doomed.kill()
     with lease_slot("p", "g", preferred=1) as lease:
         # its init_transactions aborts what the dead worker left open, at once
-        assert lease.slot == 0 and lease.previous_holder not in ("", PROCESS_TOKEN)
+        assert lease.slot == 0 and lease.previous_holder not in ("", process_token())
     with lease_slot("p", "g", preferred=1) as lease:
-        assert (lease.slot, lease.previous_holder) == (1, PROCESS_TOKEN)
+        assert (lease.slot, lease.previous_holder) == (1, process_token())

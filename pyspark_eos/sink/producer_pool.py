@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from ..kafka.clients import init_transactional_producer
 from ..kafka.group_offsets import group_coordinator
 from ..kafka.held_clients import Held, close_client
-from .transactional_id_factory import PROCESS_TOKEN, SlotLease
+from .transactional_id_factory import SlotLease, process_token
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def producer_for(held: Held, lease: SlotLease, group_id: str | None) -> WorkerPr
     # Looked up for a new producer too: the coordinator its first task sends offsets to is the one
     # its next task must find unchanged.
     coordinator = _group_coordinator(held, group_id)
-    if cached is not None and cached.transactional_id == lease.transactional_id and lease.previous_holder == PROCESS_TOKEN:
+    ours = lease.previous_holder == process_token()
+    if cached is not None and cached.transactional_id == lease.transactional_id and ours:
         if not _coordinator_moved(cached, coordinator):
             cached.group_coordinator = coordinator
             return cached

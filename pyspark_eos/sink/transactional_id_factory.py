@@ -44,8 +44,19 @@ def _start_time(pid: int) -> str:
         return "0"
 
 
-# Identifies this process as a slot holder: pid, start time, and a random part.
-PROCESS_TOKEN = f"{os.getpid()}-{_start_time(os.getpid())}-{uuid.uuid4().hex}"
+_token: tuple[int, str] | None = None  # (pid, token) of the process that made it
+
+
+def process_token() -> str:
+    """Identifies this process as a slot holder: pid, start time, and a random part. Made in the
+    process that asks: a worker forked after this module was imported (by a fork server's daemon,
+    pyspark_eos.daemon) is a holder of its own, and two holders sharing a token would share a
+    transactional id, each fencing the other."""
+    global _token
+    pid = os.getpid()
+    if _token is None or _token[0] != pid:
+        _token = (pid, f"{pid}-{_start_time(pid)}-{uuid.uuid4().hex}")
+    return _token[1]
 
 
 @dataclass(frozen=True)
@@ -93,14 +104,14 @@ def _orphaned(directory: Path) -> list[int]:
     slots = []
     for path in directory.glob("slot-*.lock"):
         holder = path.read_text(errors="replace").strip()
-        if holder and holder != PROCESS_TOKEN and not _alive(holder):
+        if holder and holder != process_token() and not _alive(holder):
             slots.append(int(path.stem.removeprefix("slot-")))
     return sorted(slots)
 
 
 def _may_take(previous: str) -> bool:
     """A free slot is ours to take if we held it last, nobody ever did, or its last holder is dead."""
-    return previous == PROCESS_TOKEN or not previous or not _alive(previous)
+    return previous == process_token() or not previous or not _alive(previous)
 
 
 def _alive(token: str) -> bool:
@@ -134,7 +145,7 @@ def _lease(path: Path, take) -> Iterator[str | None]:
             yield None  # left as it was: its holder's producer stays valid
             return
         os.ftruncate(fd, 0)
-        os.pwrite(fd, PROCESS_TOKEN.encode(), 0)
+        os.pwrite(fd, process_token().encode(), 0)
         yield previous
     finally:
         os.close(fd)  # releases the lock

@@ -121,13 +121,21 @@ def _spark_home_for_launch():
             os.environ["SPARK_HOME"] = previous
 
 
+def warm_python() -> str:
+    """The Python Spark's Python processes run: ``pyspark-eos-python`` beside this interpreter (they
+    start warm, as docs/deployment.md recommends), or this interpreter where it is not installed."""
+    launcher = Path(sys.executable).with_name("pyspark-eos-python")
+    return str(launcher) if launcher.exists() else sys.executable
+
+
 def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: Mapping[str, str] | None = None):
     """Build (or return the active) SparkSession bound to 127.0.0.1 with quiet logging."""
     from pyspark.sql import SparkSession
 
-    # Workers must run the same interpreter (and so see the same installed packages) as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Workers must run the same interpreter (and so see the same installed packages) as the driver;
+    # the JVM starts the driver's Python processes (data source planners) with PYSPARK_DRIVER_PYTHON.
+    os.environ.setdefault("PYSPARK_PYTHON", warm_python())
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", warm_python())
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     java_options = spark_java_options()
     builder = (
@@ -213,7 +221,8 @@ def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 1
     port = free_ports(1)[0]
     java_options = spark_java_options()
     home = launched_spark_home()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(home)}
+    env = {**os.environ, "PYSPARK_PYTHON": warm_python(), "PYSPARK_DRIVER_PYTHON": warm_python(),
+           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(home)}
     command = [str(home / "bin" / "spark-submit"), "--master", master, "--class", CONNECT_SERVER_CLASS,
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", f"spark.connect.grpc.binding.port={port}",
