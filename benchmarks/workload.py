@@ -18,7 +18,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from devtools.processes import PROC, python_descendants
+from devtools.processes import PROC, fork_servers, python_descendants
 from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets
 
 log = logging.getLogger(__name__)
@@ -249,17 +249,22 @@ def process_cpu_seconds(jvm_pid: int) -> dict[str, object]:
     groups = {"spark jvm": own, "python": waited, "benchmark": _stat_seconds(os.getpid())[0]}
     for pid in python_descendants(jvm_pid):
         groups["python"] += sum(_stat_seconds(pid))
-    return {**groups, "kafka broker": {pid: _stat_seconds(pid)[0] for pid in _kafka_brokers()}}
+    return {**groups, "kafka broker": {pid: _stat_seconds(pid)[0] for pid in _kafka_brokers()},
+            "fork server": {pid: sum(_stat_seconds(pid)) for pid in fork_servers()}}
 
 
 def cpu_spent(before: dict, after: dict) -> dict[str, float]:
     """The CPU seconds of each group between two ``process_cpu_seconds``. Brokers count only when
     they ran at both: another's broker stopping meanwhile (the test suite's, beside the smoke) is no
     CPU of the run's."""
-    spent = {group: after[group] - before[group] for group in after if group != "kafka broker"}
+    spent = {group: after[group] - before[group] for group in after if group not in ("kafka broker", "fork server")}
     brokers_before, brokers_after = before["kafka broker"], after["kafka broker"]
     both = brokers_after.keys() & brokers_before.keys()
     spent["kafka broker"] = sum(brokers_after[pid] - brokers_before[pid] for pid in both)
+    # What a fork server's children ran, once they exited (the server waits for them); the live
+    # ones count among the Python processes. A server started meanwhile counts whole.
+    servers_before = before["fork server"]
+    spent["python"] += sum(seconds - servers_before.get(pid, 0.0) for pid, seconds in after["fork server"].items())
     return spent
 
 

@@ -36,10 +36,32 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def fork_servers() -> list[int]:
+    """Pids of pyspark-eos-python's fork servers (pyspark_eos.workers): the Python processes they
+    fork for a Spark JVM are the server's children, not the JVM's, and keep its command line."""
+    parents = {}
+    for entry in PROC.iterdir():
+        try:
+            if entry.name.isdigit() and FORK_SERVER in (entry / "cmdline").read_bytes():
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    return [pid for pid, parent in parents.items() if parent not in parents]
+
+
+FORK_SERVER = b"\0pyspark_eos.workers.fork_server\0"
+
+
 def python_descendants(root: int) -> dict[int, str]:
     """pid -> role of every Python process under ``root``: the module it runs, or ``worker`` for
-    a process forked by PySpark's daemon (which runs the tasks)."""
+    a process forked by PySpark's daemon (which runs the tasks); and those the machine's fork
+    servers forked (``forked``, their workers ``worker``: a benchmark runs one Spark application
+    at a time)."""
     found: dict[int, str] = {}
+    for server in fork_servers():
+        for child in _children(server):
+            found[child] = "forked"
+            found.update(dict.fromkeys(descendants(child), "worker"))
     todo = [root]
     while todo:
         parent = todo.pop()

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..protocol.executor_identity import executor_id, executor_local_directory
+from ..workers.fork_server import STAND_IN_ENV
 from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
     ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, READ_STALL_POINTS,
     STALL_AFTER_STABLE_READ, STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE,
@@ -265,13 +266,19 @@ def _victim(point: str) -> int:
     if point == WORKER_BEFORE_COMMIT:
         return os.getpid()
     # A Python worker is forked by PySpark's daemon, which the JVM (executor, or driver for the
-    # driver-side writer) started: the JVM is the grandparent, or the parent without a daemon.
+    # driver-side writer) started: the JVM is the grandparent, or the parent without a daemon
+    # (or the stand-in's parent, for a daemon forked by pyspark-eos-python's fork server).
     return _jvm_ancestor(os.getppid())
 
 
 def _jvm_ancestor(pid: int) -> int:
-    while pid > 1:
-        if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]:
-            return pid
-        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    # A process forked by pyspark-eos-python's fork server descends from the server; the process
+    # Spark started, the JVM's child, stands in for it.
+    stand_in = os.environ.get(STAND_IN_ENV)
+    for start in (pid, int(stand_in) if stand_in else 1):
+        pid = start
+        while pid > 1:
+            if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]:
+                return pid
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     raise RuntimeError("fault injection: no JVM among this process's ancestors")

@@ -47,6 +47,9 @@ PRELOADED_MODULES = (
     "pyspark_eos.data_source", "pyspark_eos.source.batch_reader", "pyspark_eos.sink.writer",
     "pyspark_eos.sink.transactional_writer",
 )
+# Set in each child: the pid of the process Spark started, which stands in for it (the child's own
+# parent is the server), for tools that look for a Spark process's JVM among its ancestors.
+STAND_IN_ENV = "EOS_KAFKA_STAND_IN_PID"
 HEADER = struct.Struct("!i")
 GO = b"g"
 STANDARD_STREAMS = 3
@@ -80,6 +83,7 @@ class _Server:
         conn, _ = self.listener.accept()
         try:
             request, fds = _receive_request(conn)
+            request["env"][STAND_IN_ENV] = str(_peer(conn)[0])
         except (OSError, ValueError) as error:
             log.warning("refused a request: %s", error)
             conn.close()
@@ -172,9 +176,13 @@ def _run_module(request: dict, fds: list[int], conn: socket.socket) -> None:
         os._exit(code)
 
 
+def _peer(conn: socket.socket) -> tuple[int, int, int]:
+    """The connected process's pid, uid and gid, as the kernel saw them at connect()."""
+    return struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+
+
 def _check_peer(conn: socket.socket) -> None:
-    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", credentials)
+    _, uid, _ = _peer(conn)
     if uid != os.getuid():
         raise ValueError(f"a request from user {uid}, not this server's")
 
