@@ -11,6 +11,7 @@ runs this environment's own ``python`` with the same arguments, as Spark would h
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 # Spark's own entry points; a user's `-m` module runs as usual.
@@ -23,9 +24,19 @@ def main() -> int:
         from .workers.handoff import run_forked
         status = run_forked(args[1], args[2:])
         if status is not None:
-            return status
+            return _exit_as(status)
     os.execv(sys.executable, [sys.executable, *args])
     return 1  # not reached: execv replaced this process
+
+
+def _exit_as(status: int) -> int:
+    """The forked process's exit status; a child killed by a signal has its stand-in killed by the
+    same signal, so that Spark sees what it would have seen."""
+    if status < 0:
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-status, signal.SIG_DFL)  # the stand-in's own handler passes signals on
+        os.kill(os.getpid(), -status)
+    return status
 
 
 if __name__ == "__main__":

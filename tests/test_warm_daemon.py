@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import stat
 import struct
@@ -98,6 +99,12 @@ def test_sparks_sigterm_stops_the_forked_daemon_and_its_stand_in(runtime_dir, tm
     spark_side.process.terminate()  # Spark's stopDaemon: Process.destroy()
     assert spark_side.process.wait(60) == 1  # PySpark's daemon exits 1 on SIGTERM
     wait_until(lambda: not alive(daemon) and not alive(worker), 30, "the daemon and its worker to exit")
+
+
+def test_a_forked_daemon_killed_is_a_stand_in_killed_for_spark(runtime_dir, tmp_path):
+    spark_side = SparkSide(runtime_dir, tmp_path)
+    os.kill(parent_of(spark_side.worker()[0]), signal.SIGKILL)  # as the OOM killer would
+    assert spark_side.process.wait(60) == -signal.SIGKILL
 
 
 def test_the_server_exits_once_idle(runtime_dir, tmp_path):

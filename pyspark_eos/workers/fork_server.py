@@ -37,15 +37,18 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # What Spark's Python processes of an eos-kafka query import: the daemons and their workers, the
-# planners, the streaming source's runner. Missing ones (pandas is
-# optional to PySpark, planners differ between versions) are skipped.
+# planners, the streaming source's runner. Missing ones (pandas is optional to PySpark, planners
+# differ between versions) are skipped. pyarrow and numpy start threads when imported (jemalloc's,
+# OpenBLAS's); their libraries re-arm them in a forked child (pthread_atfork), which is what
+# PySpark's own daemon avoids by importing after its fork, and what multiprocessing's forkserver
+# with preloaded modules relies on as this server does.
 PRELOADED_MODULES = (
     "pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.lookup_data_sources",
     "pyspark.sql.worker.create_data_source", "pyspark.sql.worker.plan_data_source_read",
     "pyspark.sql.worker.write_into_data_source", "pyspark.sql.worker.commit_data_source_write",
-    "pyspark.sql.worker.python_streaming_sink_runner", "pyspark.sql.streaming.python_streaming_source_runner", "pandas", "pyarrow", "confluent_kafka",
-    "pyspark_eos.data_source", "pyspark_eos.source.batch_reader", "pyspark_eos.sink.writer",
-    "pyspark_eos.sink.transactional_writer",
+    "pyspark.sql.worker.python_streaming_sink_runner", "pyspark.sql.streaming.python_streaming_source_runner",
+    "pandas", "pyarrow", "confluent_kafka", "pyspark_eos.data_source", "pyspark_eos.source.batch_reader",
+    "pyspark_eos.sink.writer", "pyspark_eos.sink.transactional_writer",
 )
 # Set in each child: the pid of the process Spark started, which stands in for it (the child's own
 # parent is the server), for tools that look for a Spark process's JVM among its ancestors.
