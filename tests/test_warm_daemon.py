@@ -63,16 +63,21 @@ class SparkSide:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env=env, cwd=cwd)
         self.port = INT.unpack(self.process.stdout.read(INT.size))[0]
+        self.workers: list[socket.socket] = []
 
     def worker(self) -> tuple[int, str]:
-        """A worker's pid, and its answer to Spark's secret."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=60) as conn:
-            pid = INT.unpack(conn.recv(INT.size, socket.MSG_WAITALL))[0]
-            conn.sendall(INT.pack(len(SECRET)) + SECRET.encode())
-            length = INT.unpack(conn.recv(INT.size, socket.MSG_WAITALL))[0]
-            return pid, conn.recv(length, socket.MSG_WAITALL).decode()
+        """A worker's pid, and its answer to Spark's secret; it lives until ``stop``, as a worker
+        Spark holds (it exits when its connection closes)."""
+        conn = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        self.workers.append(conn)
+        pid = INT.unpack(conn.recv(INT.size, socket.MSG_WAITALL))[0]
+        conn.sendall(INT.pack(len(SECRET)) + SECRET.encode())
+        length = INT.unpack(conn.recv(INT.size, socket.MSG_WAITALL))[0]
+        return pid, conn.recv(length, socket.MSG_WAITALL).decode()
 
     def stop(self) -> int:
+        for conn in self.workers:
+            conn.close()
         self.process.stdin.close()  # as a JVM that goes away
         return self.process.wait(60)
 
@@ -105,6 +110,7 @@ def test_a_forked_daemon_killed_is_a_stand_in_killed_for_spark(runtime_dir, tmp_
     spark_side = SparkSide(runtime_dir, tmp_path)
     os.kill(parent_of(spark_side.worker()[0]), signal.SIGKILL)  # as the OOM killer would
     assert spark_side.process.wait(60) == -signal.SIGKILL
+    assert spark_side.stop() == -signal.SIGKILL  # its worker, orphaned, ends with its connection
 
 
 def test_the_server_exits_once_idle(runtime_dir, tmp_path):
