@@ -36,6 +36,9 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+FORK_SERVER = b"\0pyspark_eos.workers.fork_server\0"
+
+
 def fork_servers() -> list[int]:
     """Pids of pyspark-eos-python's fork servers (pyspark_eos.workers): the Python processes they
     fork for a Spark JVM are the server's children, not the JVM's, and keep its command line."""
@@ -47,9 +50,6 @@ def fork_servers() -> list[int]:
         except OSError:
             continue
     return [pid for pid, parent in parents.items() if parent not in parents]
-
-
-FORK_SERVER = b"\0pyspark_eos.workers.fork_server\0"
 
 
 def python_descendants(root: int) -> dict[int, str]:

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -194,4 +193,3 @@ def test_the_digest_sees_an_edited_module(tmp_path):
     after = server_address.path_versions(["/nonexistent"], [module.parent])
     assert before[str(module)] != after[str(module)] and before["/nonexistent"] is None
     assert server_address.socket_path("/run/user/1000", 1000, "ab") == Path("/run/user/1000/pyspark-eos-1000/ab.sock")
-    assert stat.S_IMODE(0o700) == 0o700
