@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.output_check import settled_stable_offsets
 from pyspark_eos.errors import EmbeddedKafkaError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
@@ -36,6 +38,26 @@ def test_read_committed_sees_committed_and_not_aborted_transactions(kafka):
     # Two data records, one commit marker, three aborted records and an abort marker: the log has
     # gaps that a reader must not mistake for data.
     assert [r.offset for r in records] == [0, 1]
+
+
+def test_a_read_right_after_a_commit_waits_for_the_markers_of_every_partition(kafka):
+    """A commit's markers reach each partition after ``commit_transaction`` returns: where a read
+    starts while a partition's stable offset is behind its high watermark (here the commit itself
+    is delayed, as its markers can be), the read's ends wait until they cover the transaction."""
+    topic = create_topic(kafka.bootstrap_servers, unique_name("smoke-markers"), 2)
+    producer = transactional_producer(kafka.bootstrap_servers)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(topic, value=b"p%d" % partition, partition=partition)
+    producer.flush(30)
+    committer = threading.Timer(0.5, producer.commit_transaction, (30,))
+    committer.start()
+    try:
+        ends = settled_stable_offsets(kafka.bootstrap_servers, topic, 2)
+    finally:
+        committer.join(60)
+    assert ends == {0: 2, 1: 2}  # a record and the commit marker each
+    assert sorted(r.value for r in read_committed(kafka.bootstrap_servers, topic, partitions=2)) == [b"p0", b"p1"]
 
 
 def fetch_stable_offset(bootstrap: str, group: str, topic: str):

@@ -4,6 +4,13 @@ Used by the example pipeline's report and by the tests: a confluent-kafka consum
 read_committed, reading each partition until its position (or the partition end it reports)
 reaches the last stable offset. Offsets have gaps (transaction markers, aborted records), so
 records are never counted to decide that a partition is done.
+
+A producer's ``commit_transaction`` returns once the transaction coordinator has logged the
+decision; the markers that move each partition's last stable offset are written after that. A
+read right after a write can therefore meet one partition whose stable offset already covers the
+transaction and another whose marker is still on its way: the reader first waits, briefly, for
+the stable offsets to reach the high watermarks it saw, and reads up to where they stand then (a
+transaction a test leaves open keeps its partition back).
 """
 from __future__ import annotations
 
@@ -41,9 +48,28 @@ def _end_offsets(bootstrap: str, topic: str, partitions: int, admin: AdminClient
     return {tp.partition: future.result().offset for tp, future in futures.items()}
 
 
+# Markers follow a commit within milliseconds on a healthy broker; the wait's bound is what a
+# read of a partition that a test holds open pays.
+MARKERS_WAIT_SECONDS = 5.0
+
+
+def settled_stable_offsets(bootstrap: str, topic: str, partitions: int,
+                           wait: float = MARKERS_WAIT_SECONDS) -> dict[int, int]:
+    """The last stable offsets once they reach the high watermarks seen first, or after ``wait``
+    seconds: the transactions committed before the call are then visible on every partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    high = high_watermarks(bootstrap, topic, partitions, admin)
+    deadline = time.monotonic() + wait
+    while True:
+        stable = last_stable_offsets(bootstrap, topic, partitions, admin)
+        if all(stable[p] >= high[p] for p in high) or time.monotonic() > deadline:
+            return stable
+        time.sleep(0.05)
+
+
 def read_committed(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 60.0) -> list[Record]:
     """Every committed record of ``topic``, in partition order."""
-    ends = last_stable_offsets(bootstrap, topic, partitions)
+    ends = settled_stable_offsets(bootstrap, topic, partitions)
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"eos-kafka-check-{uuid.uuid4().hex[:8]}",
