@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
@@ -21,8 +23,8 @@ from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import free_ports
 
-from .kafka_tools import committed_offsets, create_topic, transactional_ids, unique_name
-from .spark_tools import PARTITIONS, Pipeline, run_to_end, source
+from .kafka_tools import committed_offsets, create_topic, transactional_ids, unique_name, wait_until
+from .spark_tools import PARTITIONS, Pipeline, eos_pipeline, run_to_end, source
 
 BOUND_S = 3
 # The bound, plus Spark planning the query in Python workers it may have to start first (over 10 s
@@ -168,3 +170,69 @@ def test_a_transaction_timeout_above_the_brokers_maximum_fails_the_write_before_
             "kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": topic, "transactionalIdPrefix": prefix,
             "kafka.transaction.timeout.ms": "3600000"}).save()
     assert transactional_ids(kafka.bootstrap_servers, prefix) == set()  # no task's producer was made
+
+
+# ------------------------------------------------------------------------------- a cluster that goes away
+
+def test_the_drivers_offset_questions_ride_through_a_restart_of_the_only_broker_and_then_name_it(tmp_path):
+    """Planning a batch asks for the partitions' offsets: while the only broker restarts, librdkafka
+    finds no leader at all (_NOENT, "No leaders found"), which failed the query at once. It is
+    asked again until the broker is back, for up to connectTimeoutMs; a broker that stays away
+    fails the question naming the address and the option."""
+    from pyspark_eos.source.offset_reader import KafkaOffsetReader
+    from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path / "kafka") as cluster:
+        bootstrap = cluster.bootstrap_servers
+        topic = create_topic(bootstrap, unique_name("lone-broker"), partitions=2)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for partition in (0, 1):
+            producer.produce(topic, value=b"v", partition=partition)
+        assert producer.flush(30) == 0
+        partitions = [(topic, 0), (topic, 1)]
+        ends = {key: 1 for key in partitions}
+        reader = KafkaOffsetReader(SourceOptions.parse(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "connectTimeoutMs": "60000"}, streaming=True))
+        assert reader.latest(partitions) == ends
+
+        cluster.kill_node(1)
+        with ThreadPoolExecutor(1) as planner:  # the broker is restarted from this thread: it dies with its starter
+            asked = planner.submit(lambda: (reader.latest(partitions), reader.topic_partitions()))
+            cluster.restart_node(1)  # a restarted broker waits out its old registration: seconds
+            assert asked.result(120) == (ends, partitions)
+
+        bounded = KafkaOffsetReader(SourceOptions.parse(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "connectTimeoutMs": str(BOUND_S * 1000)},
+            streaming=True))
+        assert bounded.latest(partitions) == ends  # a driver that had reached the cluster before it went away
+        cluster.kill_node(1)
+        started = time.monotonic()
+        with pytest.raises(KafkaClientError, match=no_broker_answered(bootstrap)):
+            bounded.latest(partitions)
+        assert time.monotonic() - started < BOUND_S + 10
+        with pytest.raises(KafkaClientError, match=no_broker_answered(bootstrap)):
+            bounded.topic_partitions()
+
+
+def test_a_running_query_rides_through_a_restart_of_the_only_broker_exactly_once(spark, tmp_path):
+    """The query keeps running across the broker's absence (its planning waits, its tasks'
+    clients reconnect), and writes each record once, the input that arrived meanwhile too."""
+    from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path / "kafka") as cluster:
+        pipeline = Pipeline(cluster, tmp_path, rounds=3)
+        writer = eos_pipeline(spark, cluster.bootstrap_servers, pipeline.input, pipeline.output, pipeline.group,
+                              startingOffsets="earliest", maxOffsetsPerTrigger=9)
+        query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds").start()
+        try:
+            wait_until(lambda: pipeline.output_values(), 120, "the query's first output")
+            cluster.kill_node(1)
+            cluster.restart_node(1)
+            pipeline.add_input(3, 3)
+            expected = sorted(pipeline.input_values())
+            wait_until(lambda: sorted(pipeline.output_values()) == expected or not query.isActive, 180,
+                       "the input written around the restart in the output")
+            assert query.isActive, f"the query died: {query.exception()}"
+        finally:
+            query.stop()
+        pipeline.assert_exactly_once()

@@ -99,6 +99,31 @@ def test_backoff_is_exponential_jittered_and_bounded():
     assert len(set(values)) == len(values)
 
 
+
+def test_retries_take_the_retriable_codes_and_those_a_caller_adds_and_nothing_else():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from pyspark_eos.kafka.backoff import with_retries
+
+    def failing(*codes):
+        left = list(codes)
+
+        def call():
+            if left:
+                raise KafkaException(KafkaError(left.pop(0)))
+            return "answered"
+        return call
+
+    quick = Backoff(initial_s=0.001, maximum_s=0.001)
+    assert with_retries(failing(KafkaError._TRANSPORT, KafkaError.NOT_COORDINATOR), "asking", backoff=quick) == "answered"
+    assert with_retries(failing(KafkaError._NOENT), "asking", backoff=quick, also=frozenset({KafkaError._NOENT})) \
+        == "answered"
+    with pytest.raises(KafkaException, match="_NOENT"):
+        with_retries(failing(KafkaError._NOENT), "asking", backoff=quick)
+    with pytest.raises(KafkaException, match="_TRANSPORT"):
+        with_retries(failing(*[KafkaError._TRANSPORT] * 1000), "asking", timeout_s=0.05, backoff=quick)
+
+
 @pytest.mark.compat
 @pytest.mark.parametrize("resolve, first_value", [("commit_transaction", b"v7"), ("abort_transaction", b"v3")])
 def test_a_query_starting_from_the_group_waits_for_the_open_transaction(spark, held, tmp_path, resolve, first_value):

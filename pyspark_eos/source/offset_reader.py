@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigurationError, KafkaClientError
-from ..kafka.cluster import create_command, list_topics, reachable_admin
+from ..kafka.cluster import UNREACHABLE_CODES, create_command, first_contact, reachable_admin, unreachable_error
 from ..kafka.group_offsets import fetch_stable_committed_offsets
 from ..kafka.backoff import LEADERSHIP_CODES, error_code, with_retries
 from .options import SourceOptions
@@ -31,7 +31,11 @@ LIST_OFFSETS_REQUEST_TIMEOUT_S = 10.0
 # Answers after which the admin client is replaced: it names the wrong leader (or an old leader
 # epoch), or its request went unanswered. librdkafka's admin client kept asking an old leader for
 # minutes after its broker stopped.
-STALE_CLIENT_CODES = LEADERSHIP_CODES | {KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+# librdkafka's answer to a ListOffsets while no partition has a leader it knows ("No leaders
+# found"): what the only broker's restart looks like. The client that said it kept saying it for
+# a minute after the broker was back.
+NO_LEADERS = KafkaError._NOENT
+STALE_CLIENT_CODES = LEADERSHIP_CODES | {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, NO_LEADERS}
 
 
 class KafkaOffsetReader:
@@ -57,7 +61,9 @@ class KafkaOffsetReader:
         subscription = self.options.subscription
         if subscription.kind == "assign":
             return list(subscription.assigned)
-        metadata = list_topics(self.admin, self.options.bootstrap_servers, REQUEST_TIMEOUT_S)
+        # Asked as at the query's first contact: a cluster that went away is waited for, up to
+        # connectTimeoutMs, and then named.
+        metadata = first_contact(self.admin, self.options.bootstrap_servers, self._cluster_wait_s)
         found = sorted(
             (topic.topic, partition)
             for topic in metadata.topics.values()
@@ -129,13 +135,21 @@ class KafkaOffsetReader:
                 "enable.auto.offset.store": "false"})
         return self._group_reader_client
 
+    @property
+    def _cluster_wait_s(self) -> float:
+        """How long planning waits for brokers that stopped answering, or partitions without a
+        leader, before the query fails: the bound of the query's first contact."""
+        return self.options.connect_timeout_ms / 1000
+
     def _list_offsets(self, request: dict[TopicPartitionKey, OffsetSpec], what: str) -> Offsets:
         if not request:
             return {}
         try:
             return with_retries(lambda: self._list_offsets_once(request), f"listing {what} offsets",
-                                on_retry=self._forget_stale_client)
+                                timeout_s=self._cluster_wait_s, on_retry=self._forget_stale_client, also={NO_LEADERS})
         except KafkaException as error:
+            if error_code(error) in UNREACHABLE_CODES | {NO_LEADERS}:
+                raise unreachable_error(self.options.bootstrap_servers, self._cluster_wait_s) from error
             raise KafkaClientError(
                 f"listing the {what} offsets of {sorted(request)} failed: {error.args[0]}; "
                 "check that the topics exist and the principal may DESCRIBE them"
