@@ -223,7 +223,8 @@ def test_a_running_query_rides_through_a_restart_of_the_only_broker_exactly_once
         pipeline = Pipeline(cluster, tmp_path, rounds=3)
         writer = eos_pipeline(spark, cluster.bootstrap_servers, pipeline.input, pipeline.output, pipeline.group,
                               startingOffsets="earliest", maxOffsetsPerTrigger=9)
-        query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds").start()
+        query = (writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds")
+                 .start())
         try:
             wait_until(lambda: pipeline.output_values(), 120, "the query's first output")
             cluster.kill_node(1)

@@ -9,15 +9,16 @@ about the group's committed offsets goes through a consumer (see committed_now).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterable
 
 from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigurationError, KafkaClientError
-from ..kafka.cluster import UNREACHABLE_CODES, create_command, first_contact, reachable_admin, unreachable_error
+from ..kafka.cluster import create_command, first_contact, reachable_admin, unreachable_error
 from ..kafka.group_offsets import fetch_stable_committed_offsets
-from ..kafka.backoff import LEADERSHIP_CODES, error_code, with_retries
+from ..kafka.backoff import LEADERSHIP_CODES, error_code, is_retriable, with_retries
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -144,21 +145,26 @@ class KafkaOffsetReader:
     def _list_offsets(self, request: dict[TopicPartitionKey, OffsetSpec], what: str) -> Offsets:
         if not request:
             return {}
+        deadline = time.monotonic() + self._cluster_wait_s
         try:
-            return with_retries(lambda: self._list_offsets_once(request), f"listing {what} offsets",
-                                timeout_s=self._cluster_wait_s, on_retry=self._forget_stale_client, also={NO_LEADERS})
+            # No request outlives the wait: an unanswered one (a network that drops everything) ends then.
+            return with_retries(
+                lambda: self._list_offsets_once(request, min(LIST_OFFSETS_REQUEST_TIMEOUT_S,
+                                                             deadline - time.monotonic())),
+                f"listing {what} offsets", timeout_s=self._cluster_wait_s, on_retry=self._forget_stale_client,
+                also={NO_LEADERS})
         except KafkaException as error:
-            if error_code(error) in UNREACHABLE_CODES | {NO_LEADERS}:
+            if is_retriable(error) or error_code(error) == NO_LEADERS:  # still failing at the end of the wait
                 raise unreachable_error(self.options.bootstrap_servers, self._cluster_wait_s) from error
             raise KafkaClientError(
                 f"listing the {what} offsets of {sorted(request)} failed: {error.args[0]}; "
                 "check that the topics exist and the principal may DESCRIBE them"
             ) from error
 
-    def _list_offsets_once(self, request: dict[TopicPartitionKey, OffsetSpec]) -> Offsets:
+    def _list_offsets_once(self, request: dict[TopicPartitionKey, OffsetSpec], timeout_s: float) -> Offsets:
         futures = self.admin.list_offsets(
             {TopicPartition(topic, partition): spec for (topic, partition), spec in request.items()},
-            isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=LIST_OFFSETS_REQUEST_TIMEOUT_S,
+            isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=max(timeout_s, 0.5),
         )
         offsets = {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
         unanswered = sorted(key for key, offset in offsets.items() if offset == OFFSET_INVALID)

@@ -36,6 +36,7 @@ from .certificates import TlsFiles, make_tls_files
 from .jvm_options import class_archive_options, extra_jvm_options
 from .maven_jars import KAFKA_VERSION_ENV, OLDEST_KAFKA, kafka_broker
 from .secure_listeners import SECURE_LISTENERS, secure_settings
+from .tcp_proxy import TcpProxy
 from ..errors import EmbeddedKafkaError
 from .project_files import conf_file
 
@@ -56,6 +57,9 @@ class NodeSpec:
     directory: str
     # The secured listeners' ports by listener name (secure_listeners), when the cluster has them.
     listener_ports: dict[str, int] = field(default_factory=dict)
+    # A proxied cluster's: the port of the listener the node advertises at its proxy's port.
+    proxied_port: int = 0
+    proxy_port: int = 0
 
     @property
     def path(self) -> Path:
@@ -72,6 +76,17 @@ class NodeSpec:
     @property
     def data_dir(self) -> Path:
         return self.path / "data"
+
+
+def proxied_settings(broker_port: int, controller_port: int, proxied_port: int, proxy_port: int) -> str:
+    """server.properties lines (appended: they win) adding a PROXIED listener advertised at the proxy."""
+    settings = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port},"
+                     f"PROXIED://127.0.0.1:{proxied_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port},PROXIED://127.0.0.1:{proxy_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT",
+    }
+    return "# the proxied listener (tcp_proxy.py)\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
 def free_ports(count: int) -> list[int]:
@@ -146,9 +161,12 @@ class EmbeddedKafkaCluster:
         secure: bool = False,
         kafka_version: str | None = None,
         broker_jvm_options: Sequence[str] = (),
+        proxied: bool = False,
     ):
         if nodes < 1:
             raise EmbeddedKafkaError(f"a cluster needs at least one node, got nodes={nodes}")
+        if proxied and secure:
+            raise EmbeddedKafkaError("a cluster is either secure or proxied, not both")
         self.node_count = nodes
         self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="eos-kafka-"))
         self.overrides = dict(overrides or {})
@@ -157,6 +175,10 @@ class EmbeddedKafkaCluster:
         # Besides PLAINTEXT: TLS, mutual TLS and SASL_SSL listeners, and two with broken
         # certificates, with certificates made at start (secure_listeners).
         self.secure = secure
+        # Beside PLAINTEXT, a PROXIED listener each node advertises at a TcpProxy's port, which
+        # this object runs: clients bootstrapped at proxied_bootstrap_servers go through the proxies.
+        self.proxied = proxied
+        self.proxies: dict[int, TcpProxy] = {}
         # The Kafka release the nodes run (maven_jars.kafka_broker: default the pom's pin).
         self.jars = kafka_broker(kafka_version)
         self.broker_jvm_options = list(broker_jvm_options)
@@ -169,13 +191,12 @@ class EmbeddedKafkaCluster:
 
     def start(self, timeout: float = 120.0) -> "EmbeddedKafkaCluster":
         classpath = self.jars.classpath()
-        per_node = 2 + (len(SECURE_LISTENERS) if self.secure else 0)
+        per_node = 2 + (len(SECURE_LISTENERS) if self.secure else 0) + (2 if self.proxied else 0)
         ports = free_ports(per_node * self.node_count)
-        self.nodes = [
-            NodeSpec(i + 1, ports[per_node * i], ports[per_node * i + 1], str(self.directory / f"node-{i + 1}"),
-                     dict(zip(SECURE_LISTENERS, ports[per_node * i + 2:per_node * (i + 1)])))
-            for i in range(self.node_count)
-        ]
+        self.nodes = [self._node_spec(i + 1, ports[per_node * i:per_node * (i + 1)]) for i in range(self.node_count)]
+        self.proxies = {node.node_id: TcpProxy(("127.0.0.1", node.proxied_port), node.proxy_port,
+                                               name=f"node {node.node_id}").start()
+                        for node in self.nodes if self.proxied}
         if self.secure:
             self.tls = make_tls_files(self.directory / "tls")
         log.info("starting a %d-node Apache Kafka %s cluster in %s",
@@ -195,6 +216,12 @@ class EmbeddedKafkaCluster:
         log.info("Kafka ready at %s", self.bootstrap_servers)
         return self
 
+    def _node_spec(self, node_id: int, ports: list[int]) -> NodeSpec:
+        broker, controller, *more = ports
+        secured = dict(zip(SECURE_LISTENERS, more)) if self.secure else {}
+        proxied, proxy = more if self.proxied else (0, 0)
+        return NodeSpec(node_id, broker, controller, str(self.directory / f"node-{node_id}"), secured, proxied, proxy)
+
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM every node, SIGKILL those still alive after ``grace`` seconds."""
         live = [node for node in self.nodes if self._alive(node)]
@@ -208,6 +235,8 @@ class EmbeddedKafkaCluster:
         self.pids.clear()
         self._processes.clear()
         self.save_state()
+        for proxy in self.proxies.values():
+            proxy.stop()
 
     def kill_node(self, node_id: int) -> None:
         """Crash a node (SIGKILL), as a failing machine would."""
@@ -252,6 +281,14 @@ class EmbeddedKafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{node.broker_port}" for node in self.nodes)
+
+    @property
+    def proxied_bootstrap_servers(self) -> str:
+        """The bootstrap servers of the PROXIED listener: clients there reach the brokers through
+        ``proxies`` (a proxied cluster's)."""
+        if not self.proxied:
+            raise EmbeddedKafkaError("this cluster has no proxied listener: start it with proxied=True")
+        return ",".join(self.proxies[node.node_id].address for node in self.nodes)
 
     def listener(self, name: str) -> str:
         """The bootstrap servers of a secured listener (one of SECURE_LISTENERS)."""
@@ -356,6 +393,8 @@ class EmbeddedKafkaCluster:
         text = template.substitute(values)
         if self.secure:
             text += secure_settings(node.broker_port, node.controller_port, node.listener_ports, self.tls)
+        if self.proxied:
+            text += proxied_settings(node.broker_port, node.controller_port, node.proxied_port, node.proxy_port)
         # Overrides may name the node's own ports and directories, e.g. to add a listener.
         text += "".join(f"{key}={string.Template(str(value)).safe_substitute(values)}\n"
                         for key, value in self.overrides.items())
