@@ -341,6 +341,22 @@ def test_offsets_refused_to_a_fenced_static_member_say_another_instance_took_ove
     assert "another instance of the same pipeline" in str(error) and "none of this task's records are visible" in str(error)
 
 
+@pytest.mark.parametrize("code", ["_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"])
+def test_a_fenced_producer_says_a_later_attempt_or_another_instance_took_its_transactional_id(code):
+    """A second instance of a pipeline fences the first's producers by their transactional ids
+    when it writes before its group membership fenced the first's offsets."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from pyspark_eos.sink.task_failures import DeliveryErrors, FailureContext, explain
+
+    context = FailureContext(Held(ClientSettings.of("127.0.0.1:9", {}, 60000)), True, True, False)
+    fenced = KafkaException(KafkaError(getattr(KafkaError, code), "This instance has been fenced by a newer instance"))
+    error = explain(fenced, "task 3", DeliveryErrors(), context)
+    assert isinstance(error, FencedError)
+    assert str(error).startswith("task 3: Kafka fenced this task's producer (This instance has been fenced by a newer")
+    assert "a later attempt of this task" in str(error) and "another instance of the same pipeline" in str(error)
+
+
 @pytest.mark.parametrize("last, now, moved", [(None, 2, False), (None, None, False), (1, 1, False), (1, 2, True),
                                               (1, None, True)])
 def test_a_cached_producer_is_replaced_when_the_groups_coordinator_moved_or_cannot_be_found(last, now, moved):

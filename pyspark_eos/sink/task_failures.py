@@ -37,6 +37,13 @@ _FENCED_INSTANCE = ("Kafka refused this task's offsets (FENCED_INSTANCE_ID): ano
                     "If no other runs, this query's own membership rejoined the group (its session timed out): "
                     "restart the query")
 _UNKNOWN_TOPIC = (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
+# A producer that initialized the same transactional id later ended this one's transaction: the
+# same write slot's next attempt, or another instance of the pipeline (its ids are the same).
+_FENCED_PRODUCER_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+_FENCED_PRODUCER = ("Kafka fenced this task's producer ({kafka}): another producer initialized its transactional id "
+                    "since. Either a later attempt of this task did (this attempt is a zombie, and Spark discards its "
+                    "result: nothing to do), or another instance of the same pipeline writes under the same "
+                    "transactional ids: stop the other instance or this one, then restart the one you keep")
 
 
 METADATA_TIMEOUT_S = 10.0
@@ -179,6 +186,8 @@ def _kafka_cause(error: KafkaException, delivery: DeliveryErrors, context: Failu
     refused = delivery.first
     if refused is None and error.args[0].code() == KafkaError.FENCED_INSTANCE_ID:
         return FencedError, _FENCED_INSTANCE
+    if refused is None and error.args[0].code() in _FENCED_PRODUCER_CODES:
+        return FencedError, _FENCED_PRODUCER.format(kafka=error.args[0].str())
     if refused is None:
         return TransactionFailedError, error.args[0].str()
     if refused.error.code() == KafkaError.MSG_SIZE_TOO_LARGE:

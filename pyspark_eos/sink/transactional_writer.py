@@ -172,7 +172,10 @@ class _WriteTask:
         """Abort the transaction, release the claim once the transaction surely ended, and explain."""
         if self._abort(error) and self.claim is not None:
             self.claim.release()
-        self.worker.producer.poll(0)  # serve the reports of refused and purged records: they explain the failure
+        try:
+            self.worker.producer.poll(0)  # serve the reports of refused and purged records: they explain the failure
+        except KafkaException as fatal:  # a fenced producer raises its fatal error again: the one explained is error
+            log.debug("serving the producer's reports after %s: %s", error, fatal)
         return explain(error, self._where(), delivery, self.context)
 
     def _abort(self, error: Exception) -> bool:
