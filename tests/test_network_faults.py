@@ -19,7 +19,7 @@ from pyspark_eos.source.offset_reader import KafkaOffsetReader
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
-from .kafka_tools import read_committed, unique_name, wait_until
+from .kafka_tools import read_committed, unique_name
 
 BOUND_S = 3
 

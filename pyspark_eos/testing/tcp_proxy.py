@@ -66,7 +66,7 @@ class _Connection:
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool) -> None:
         """Reads as fast as data comes; a second task delivers each chunk when it is due."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-        deliver = asyncio.ensure_future(self._deliver(queue, writer, upstream))
+        deliver = asyncio.ensure_future(self._deliver(queue, writer))
         try:
             while True:
                 data = await reader.read(CHUNK)
@@ -76,12 +76,12 @@ class _Connection:
                 if not data:
                     break
             await deliver
-        except (OSError, asyncio.IncompleteReadError):
+        except OSError:
             pass
         finally:
             deliver.cancel()
 
-    async def _deliver(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, upstream: bool) -> None:
+    async def _deliver(self, queue: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         while True:
             due, data = await queue.get()
             await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -119,7 +119,7 @@ class _Connection:
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:``port`` to ``target``; ``port`` 0 takes a free one (see ``port``)."""
+    """Forwards 127.0.0.1:``port`` to ``target``; ``port`` 0 takes a free one (see ``address``)."""
 
     def __init__(self, target: tuple[str, int], port: int = 0, name: str = ""):
         self.target = target
@@ -132,10 +132,6 @@ class TcpProxy:
         self._connections: set[_Connection] = set()
         self.connections_made = 0
         self._forwarding = asyncio.Event()
-
-    @property
-    def port(self) -> int:
-        return self._port
 
     @property
     def address(self) -> str:
@@ -194,10 +190,6 @@ class TcpProxy:
         self.faults = Faults()
         self.heal()
         self.accept()
-
-    @property
-    def open_connections(self) -> int:
-        return self._call(lambda: len(self._connections))
 
     # ------------------------------------------------------------------------------- the loop
 
