@@ -12,11 +12,16 @@ protection switched off (NO_CLAIMS) or with a deliberate mistake (MUTANT_*) must
 assertion violation. The script prints a table and exits non-zero unless every configuration
 meets its expectation (2 when spin or gcc is missing). ``--json`` prints the results as JSON.
 
-Usage: python3 docs/model/check.py [--json] [--only TEXT] [--jobs N] [--full]   (or: make model)
+With ``--pan-cache DIR`` a compiled pan is kept in DIR under a digest of what spin generated, the
+compiler and its flags, and reused while they are the same (the test suite's warm runs): the
+search itself always runs.
+
+Usage: python3 docs/model/check.py [--json] [--only TEXT] [--jobs N] [--full] [--pan-cache DIR]   (or: make model)
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -181,7 +186,28 @@ def run(command: list[str], cwd: Path, step: str) -> str:
     return done.stdout
 
 
-def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int = MEMORY_LIMIT_MB) -> Result:
+def compile_pan(gcc: str, flags: list[str], work: Path, cache: Path | None) -> None:
+    """gcc of the pan.c in ``work`` into ``work``/pan, or the copy ``cache`` keeps of the same build."""
+    command = [gcc, "-O1", "-w", "-DSAFETY", *flags, "-o", "pan", "pan.c"]
+    if cache is None:
+        run(command, work, "gcc")
+        return
+    compiler = f"{shutil.which(gcc) or gcc} {run([gcc, '--version'], work, 'gcc --version')}"
+    digest = hashlib.sha256(" ".join([*command, compiler]).encode())
+    for source in sorted(work.glob("pan.*")):  # pan.c and the files it includes
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    kept = cache / digest.hexdigest()[:24]
+    if not kept.exists():
+        run(command, work, "gcc")
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_suffix(f".{os.getpid()}.partial")
+        shutil.copy2(work / "pan", partial)
+        partial.replace(kept)  # whole or absent, also with several checks at once
+    shutil.copy2(kept, work / "pan")
+
+
+def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int = MEMORY_LIMIT_MB,
+          pan_cache: Path | None = None) -> Result:
     result = Result(config.name, list(config.defines), config.expect, config.shows)
     started = time.monotonic()
     work = root / re.sub(r"[^A-Za-z0-9]+", "_", config.name)
@@ -191,8 +217,7 @@ def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int 
     try:
         run([spin, "-a", *defines, MODEL.name], work, "spin -a")
         # -w: spin's generated C draws compiler warnings that say nothing about the model.
-        run([gcc, "-O1", "-w", "-DSAFETY", *config.cflags, f"-DMEMLIM={memory_limit_mb}", "-o", "pan", "pan.c"],
-            work, "gcc")
+        compile_pan(gcc, [*config.cflags, f"-DMEMLIM={memory_limit_mb}"], work, pan_cache)
         pan = subprocess.run(["./pan", f"-m{SEARCH_DEPTH}", "-n", "-c1"], cwd=work, capture_output=True, text=True)
         parse_pan(pan.stdout + pan.stderr, result)
         if result.errors and (work / f"{MODEL.name}.trail").exists():
@@ -261,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=int, default=MEMORY_LIMIT_MB,
                         help="memory limit of each search in MB (pan -DMEMLIM; more where a configuration "
                              "needs it), default %(default)s")
+    parser.add_argument("--pan-cache", type=Path, metavar="DIR",
+                        help="keep each compiled pan in DIR and reuse it while the model and the compiler are the same")
     args = parser.parse_args(argv)
     try:
         spin, gcc = find_tools()
@@ -274,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     version = spin_version(spin)
     with tempfile.TemporaryDirectory(prefix="attempt-fencing-") as root:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            results = list(pool.map(lambda c: check(c, spin, gcc, Path(root), max(args.memory_mb, c.memory_mb)),
+            results = list(pool.map(lambda c: check(c, spin, gcc, Path(root), max(args.memory_mb, c.memory_mb),
+                                                           args.pan_cache),
                                     configs))
     ok = all(r.ok for r in results)
     if args.json:
