@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -44,23 +45,40 @@ def test_rate_limited_exactly_once_pipeline_on_older_pyspark_and_the_oldest_brok
     write_transactions(bootstrap, source, [(True, [(0, b"a%d" % i) for i in range(5)]),
                                            (False, [(0, b"x"), (0, b"y")]),
                                            (True, [(0, b"b0"), (0, b"b1")])])
-    def run_job() -> dict:
-        result = subprocess.run([str(older_pyspark_python(version)), str(CHECKOUT / "tests" / "older_pyspark_job.py"),
-                                 bootstrap, source, sink, group, str(tmp_path / "checkpoint")],
-                                capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr[-5000:]
-        return json.loads(result.stdout.strip().splitlines()[-1])
-
-    outcome = run_job()
-    assert (outcome["pyspark"], outcome["sink_writer"]) == (version, writer)
-    assert _broker_version(oldest_kafka) == OLDEST_KAFKA
-    assert outcome["rows_per_batch"] == [3, 2, 2]  # [0,3) [3,6) [6,9): only aborted records, [9,12)
-    # Restarted after a committed batch (Spark tells the new source process nothing of where it
-    # ended), the query continues from the group's offsets, 3 offsets a batch.
-    write_transactions(bootstrap, source, [(True, [(0, b"c%d" % i) for i in range(4)])])
-    assert run_job()["rows_per_batch"] == [3, 1]
+    # One driver runs the query twice: its log goes to a file, so that a full pipe never stalls it.
+    log = tmp_path / "job.log"
+    with open(log, "w") as log_file:
+        job = subprocess.Popen([str(older_pyspark_python(version)), str(CHECKOUT / "tests" / "older_pyspark_job.py"),
+                                bootstrap, source, sink, group, str(tmp_path / "checkpoint")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=tmp_path)
+    try:
+        outcome = _next_outcome(job, log)
+        assert (outcome["pyspark"], outcome["sink_writer"]) == (version, writer)
+        assert _broker_version(oldest_kafka) == OLDEST_KAFKA
+        assert outcome["rows_per_batch"] == [3, 2, 2]  # [0,3) [3,6) [6,9): only aborted records, [9,12)
+        # Restarted after a committed batch (Spark tells the new source process nothing of where it
+        # ended), the query continues from the group's offsets, 3 offsets a batch.
+        write_transactions(bootstrap, source, [(True, [(0, b"c%d" % i) for i in range(4)])])
+        job.stdin.write("again\n")
+        job.stdin.flush()
+        assert _next_outcome(job, log)["rows_per_batch"] == [3, 1]
+        job.communicate(timeout=120)
+        assert job.returncode == 0, log.read_text()[-5000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
     assert sorted(r.value for r in read_committed(bootstrap, sink)) == sorted(r.value for r in read_committed(bootstrap, source))
     assert committed_offsets(bootstrap, group, source, 1) == last_stable_offsets(bootstrap, source, 1)
+
+
+def _next_outcome(job: subprocess.Popen, log: Path) -> dict:
+    """The job's next JSON line: what its query's run read."""
+    for line in job.stdout:
+        if line.startswith("{"):
+            return json.loads(line)
+    job.wait(timeout=60)
+    raise AssertionError(f"the job ended (exit {job.returncode}) before its run's outcome:\n{log.read_text()[-5000:]}")
 
 
 def _broker_version(cluster: EmbeddedKafkaCluster) -> str:
