@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from pyspark_eos.errors import AdoptionRefusedError
+from pyspark_eos.errors import AdoptionRefusedError, ConfigurationError
+from pyspark_eos.operator import adopt_checkpoint
 from pyspark_eos.operator.adopt_checkpoint import (
     CheckpointPosition,
     GroupView,
@@ -21,6 +22,7 @@ from pyspark_eos.operator.adopt_checkpoint import (
     batch_ids,
     checkpoint_position,
     chosen_source,
+    local_path,
     offset_log_sources,
     position_batch,
 )
@@ -192,6 +194,29 @@ def test_a_file_uri_names_the_same_checkpoint(old_query, adopt):
     commits = group_commits(old_query.bootstrap, group, old_query.input)
     assert {key: offset for key, (offset, _) in commits.items()} == old_query.position
     assert {json.loads(metadata)["adopted_from"] for _, metadata in commits.values()} == {f"file:{old_query.checkpoint}"}
+
+
+def test_a_local_checkpoint_is_read_without_spark_as_hadoop_reads_it(old_query, spark, monkeypatch):
+    def no_spark(settings):
+        raise AssertionError("a local checkpoint started a Spark session")
+    monkeypatch.setattr(adopt_checkpoint, "spark_session", no_spark)
+    read = adopt_checkpoint.read_checkpoint(str(old_query.checkpoint), {}, None, False)
+    through_hadoop = adopt_checkpoint._read_through_hadoop(spark, str(old_query.checkpoint), {}, None, False)
+    assert read == through_hadoop
+    assert (read.checkpoint, read.batch) == (f"file:{old_query.checkpoint}", old_query.batch)
+    with pytest.raises(ConfigurationError, match=r"reading the checkpoint .*/metadata failed: .*Not a directory"):
+        adopt_checkpoint.read_checkpoint(str(old_query.checkpoint / "metadata"), {}, None, False)
+
+
+def test_local_paths_are_plain_paths_and_file_uris_of_this_host(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert local_path("checkpoints/q") == tmp_path / "checkpoints" / "q"
+    assert local_path("/data/q/") == local_path("file:///data/q") == local_path("file://localhost/data/q") \
+        == local_path("file:/data/q") == Path("/data/q")
+    assert local_path("file:///data/a%20b") == Path("/data/a b")
+    for remote in ("s3a://bucket/q", "hdfs:///q", "abfss://c@account.dfs.core.windows.net/q", "file://host/q",
+                   "viewfs://mount/q"):
+        assert local_path(remote) is None, remote
 
 
 def test_spark_conf_reaches_the_file_system_that_reads_the_checkpoint(old_query, adopt):

@@ -9,14 +9,18 @@ become the group's committed offsets, and the eos-kafka query starts there with
 
 The decisions (which batch is the position, which source, what refuses and what only warns) are
 pure functions over plain data; reading the checkpoint, asking Kafka and committing surround them.
-The checkpoint is read through Hadoop's FileSystem API, as Spark reads it, so that ``s3a://``,
-``abfss://`` and ``hdfs://`` checkpoints are read with the settings Spark would use.
+A checkpoint on another file system than the local one is read through Hadoop's FileSystem API,
+as Spark reads it, so that ``s3a://``, ``abfss://`` and ``hdfs://`` checkpoints are read with the
+settings Spark would use; a local one is read directly, without starting Spark.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Iterator, Mapping, Protocol
 
@@ -198,7 +202,38 @@ def _quoted(text: str) -> str:
     return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
 
 
-# -------------------------------------------------------------------- reading through Spark
+# ------------------------------------------------------------------------ reading the files
+
+class LocalCheckpointFiles:
+    """A checkpoint on this host's file system, named as Hadoop qualifies it (``file:/...``), so
+    that what is committed and printed does not depend on how it was read."""
+
+    def __init__(self, path: Path):
+        self._root = path
+        self.location = f"file:{path}"
+
+    def names(self, directory: str) -> list[str] | None:
+        try:
+            return os.listdir(self._root / directory)
+        except FileNotFoundError:
+            return None
+
+    def text(self, name: str) -> str | None:
+        try:
+            return (self._root / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+
+def local_path(location: str) -> Path | None:
+    """The absolute local path ``location`` names (a path, or a ``file:`` URI), None for any other
+    file system's URI."""
+    parts = urlsplit(location)
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(os.path.abspath(unquote(parts.path)))
+    # A one-letter scheme is a Windows drive, a path all the same.
+    return Path(os.path.abspath(location)) if len(parts.scheme) <= 1 else None
+
 
 class HadoopCheckpointFiles:
     """A checkpoint read through Spark's Hadoop FileSystem API, with the session's Hadoop
@@ -233,11 +268,26 @@ class HadoopCheckpointFiles:
             stream.close()
 
 
-def read_checkpoint(spark, location: str, settings: Mapping[str, str], source: str | None,
+def read_checkpoint(location: str, settings: Mapping[str, str], source: str | None,
                     accept_planned: bool) -> CheckpointPosition:
+    """The position in the checkpoint at ``location``: a local one read directly, any other through
+    Spark's Hadoop file systems with ``settings`` (the ``--spark-conf`` entries)."""
+    log.info("reading the checkpoint %s", location)
+    path = local_path(location)
+    if path is not None:
+        try:
+            return checkpoint_position(LocalCheckpointFiles(path), source, accept_planned)
+        except OSError as error:  # not a directory, not readable by this user
+            raise ConfigurationError(f"reading the checkpoint {location} failed: {error}; check the path and that "
+                                     "this host may read it") from None
+    with spark_session(settings) as spark:
+        return _read_through_hadoop(spark, location, settings, source, accept_planned)
+
+
+def _read_through_hadoop(spark, location: str, settings: Mapping[str, str], source: str | None,
+                         accept_planned: bool) -> CheckpointPosition:
     from py4j.protocol import Py4JJavaError
 
-    log.info("reading the checkpoint %s", location)
     try:
         return checkpoint_position(HadoopCheckpointFiles(spark, location, settings), source, accept_planned)
     except Py4JJavaError as error:

@@ -62,12 +62,11 @@ def _abort_lingering(access: ClusterAccess, arguments: argparse.Namespace) -> in
 
 
 def _adopt_checkpoint(access: ClusterAccess, arguments: argparse.Namespace) -> int:
-    # Starting Spark takes seconds: its progress is worth seeing without --verbose.
+    # Starting Spark (for a checkpoint not on a local path) takes seconds: its progress is worth
+    # seeing without --verbose.
     logging.getLogger(adopt_checkpoint.__name__).setLevel(logging.INFO)
     spark_conf = _key_values(arguments.spark_conf or [], "Spark")
-    with adopt_checkpoint.spark_session(spark_conf) as spark:
-        position = adopt_checkpoint.read_checkpoint(spark, arguments.checkpoint, spark_conf, arguments.source,
-                                                    arguments.planned)
+    position = adopt_checkpoint.read_checkpoint(arguments.checkpoint, spark_conf, arguments.source, arguments.planned)
     adoption = adopt_checkpoint.adopt_checkpoint(access, position, arguments.group, arguments.dry_run)
     for warning in adoption.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -140,8 +139,8 @@ def _adopt_arguments(adopt: argparse.ArgumentParser) -> None:
     adopt.add_argument("--dry-run", action="store_true",
                        help="show the offsets that would be committed and the lag from there, commit nothing")
     adopt.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
-                       help="a Spark setting for reading the checkpoint, e.g. the file system's credentials as "
-                            "spark.hadoop.fs.s3a.*; repeatable")
+                       help="a Spark setting for reading a checkpoint not on a local path, e.g. the file system's "
+                            "credentials as spark.hadoop.fs.s3a.*; repeatable")
 
 
 def _group_arguments(command: argparse.ArgumentParser) -> None:
