@@ -2,6 +2,11 @@
 transactional id, an older attempt that claims after a newer one refuses (attempt_fencing)."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -9,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog, append
 from pyspark_eos.protocol.claims_records import CLAIM, AttemptOrder, Claim
 from pyspark_eos.sink.attempt_fencing import claim_attempt
+from pyspark_eos.sink.transactional_id_factory import lease_slot
 from pyspark_eos.errors import StaleAttemptError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
@@ -69,6 +75,55 @@ def test_a_newer_attempt_fences_the_older_attempts_open_transaction(ground, copi
         older.commit_transaction(30)
     assert _fatal(fenced.value), fenced.value
     assert read_committed(ground.bootstrap, ground.output) == []
+
+
+# A write task's worker: leases a slot of the executor, opens its transaction under the slot's id,
+# claims its input, and dies (no release, the transaction left open).
+DYING_WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    from confluent_kafka import Producer
+    from pyspark_eos.protocol.claims_log import ClaimsClients, PlanRecord
+    from pyspark_eos.sink.attempt_fencing import claim_attempt
+    from pyspark_eos.sink.transactional_id_factory import lease_slot
+    spec = json.loads(sys.argv[1])
+    with lease_slot(spec["prefix"], spec["group"]) as lease:
+        producer = Producer({"bootstrap.servers": spec["bootstrap"], "transactional.id": lease.transactional_id})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(spec["output"], value=b"dead")
+        producer.flush(30)
+        clients = ClaimsClients(spec["bootstrap"], {}, spec["group"], 60000)
+        claim_attempt(clients, [PlanRecord(spec["topic"], spec["plan"])], spec["group"], [tuple(p) for p in spec["input"]],
+                      5, "task 3 (attempt 5)", lease.transactional_id).enforce()
+        print(lease.transactional_id, flush=True)
+        os._exit(0)
+    """)
+
+
+def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(ground, tmp_path, monkeypatch):
+    # Task 3's worker dies in its transaction; task 0 takes its slot (the lowest a dead worker left),
+    # whose init_transactions aborts the dead attempt's transaction, and produces; then task 3's retry
+    # claims. The dead attempt's claim is unreleased and older, but its id is task 0's now, whose
+    # claim the retry cannot read yet (a task claims after it produced): fencing the id would abort
+    # task 0's transaction. Run with taken_over_since always False, task 0's commit fails fenced.
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))  # one executor: the test and its workers
+    plan, prefix = ground.plan(), unique_name("slots")
+    spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
+            "topic": plan.topic, "plan": plan.offset, "input": INPUT}
+    dead = subprocess.run([sys.executable, "-c", DYING_WORKER, json.dumps(spec)], capture_output=True, text=True,
+                          timeout=120)
+    assert dead.returncode == 0, dead.stderr
+    dead_id = dead.stdout.strip()
+    with lease_slot(prefix, ground.group) as lease:
+        assert lease.transactional_id == dead_id  # the dead worker's slot, taken over
+        task0 = ground.open_transaction(lease.transactional_id)  # its init_transactions aborted the dead one's
+        retry = ground.claim(plan, 6, unique_name("retry"))  # task 3's retry, in another slot
+        ground.claim(plan, 7, lease.transactional_id, partitions=[("orders", 1)])  # task 0's own claim
+        task0.commit_transaction(30)  # fails fenced (PRODUCER_FENCED) had the retry fenced its id
+    retry.release()
+    # task 0's record committed; the dead attempt's was aborted
+    assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [lease.transactional_id.encode()]
 
 
 def test_a_claim_written_twice_by_a_retry_is_one_attempts_claim(ground):

@@ -19,7 +19,7 @@ from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
                                               decide_progress_commit)
-from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence
+from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence, taken_over_since
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
@@ -86,6 +86,19 @@ def test_step4_a_claim_whose_id_another_attempt_claimed_under_since_is_not_fence
     assert decide_fence(OWN, [dead, elsewhere, OWN]).to_fence == (dead,)
     old_dead, old_holder = (dataclasses.replace(c, slots="") for c in (dead, new_holder))  # before claims named slots
     assert decide_fence(OWN, [old_dead, old_holder, OWN]).to_fence == (old_dead,)
+
+
+def test_step4_a_claim_whose_slot_another_process_holds_now_is_not_fenced():
+    # The same take-over, seen in the executor's slot files before the new holder's claim is in the
+    # log: its lock file names another process than the one that claimed.
+    own = dataclasses.replace(OWN, slots="executor-1-of-app-1", holder="worker-b")
+    dead = dataclasses.replace(claim(10, 5, "t-slot-1", 12), slots="executor-1-of-app-1", holder="worker-a")
+    assert taken_over_since(dead, own, "worker-c")
+    assert not taken_over_since(dead, own, "worker-a")  # its own process still holds it: a zombie, fenced
+    assert not taken_over_since(dead, own, "")  # being taken right now: no proof
+    assert not taken_over_since(dead, own, None)  # not a slot this process knows
+    assert not taken_over_since(dataclasses.replace(dead, slots="executor-1-of-app-2"), own, "worker-c")
+    assert not taken_over_since(dataclasses.replace(dead, holder=""), own, "worker-c")  # claimed before claims named it
 
 
 def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fenced_nor_a_reason_to_refuse():

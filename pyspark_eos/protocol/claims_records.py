@@ -56,12 +56,15 @@ class Claim:
     # Names the executor's write slots in one application (transactional_id_factory): empty in a
     # claim written without it.
     slots: str = ""
+    # The process holding the transactional id's slot when it claimed (its token, as the slot's
+    # lock file records it): empty in a claim written without it.
+    holder: str = ""
 
     def to_json(self) -> bytes:
         return _dumps({"kind": self.kind, "group": self.group, "partitions": sorted(self.partitions),
                        "plan": self.order.plan, "attempt": self.order.attempt,
                        "transactional_id": self.transactional_id, "task": self.task,
-                       "memberships": sorted(self.run_tokens), "slots": self.slots})
+                       "memberships": sorted(self.run_tokens), "slots": self.slots, "holder": self.holder})
 
     def same_instance(self, other: "Claim") -> bool:
         return not self.run_tokens or not other.run_tokens or bool(self.run_tokens & other.run_tokens)
@@ -94,7 +97,8 @@ def parse_record(value: bytes, offset: int, group: str | None = None) -> "Claim 
             return None
         return Claim(kind, data["group"], frozenset((t, p) for t, p in data["partitions"]),
                      AttemptOrder(data["plan"], data["attempt"]), data["transactional_id"], data.get("task", "?"),
-                     offset, frozenset(data.get("memberships", ())), str(data.get("slots", "")))
+                     offset, frozenset(data.get("memberships", ())), str(data.get("slots", "")),
+                     str(data.get("holder", "")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

@@ -66,8 +66,8 @@ from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_recor
 from ..protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
-from .fence_decision import FenceOutcome, decide_fence
-from .transactional_id_factory import slots_name
+from .fence_decision import FenceOutcome, decide_fence, taken_over_since
+from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,13 @@ class AttemptClaim:
                 "to commit. Nothing to do: Spark keeps the newer attempt's output"
             )
         for zombie in verdict.to_fence:
-            fence(self.clients, zombie, own)
+            with current_holder(zombie.transactional_id) as holder:
+                if taken_over_since(zombie, own, holder):
+                    log.info("%s (%s): not fencing %s (%s): its transactional id %r has been taken over by another "
+                             "process of this executor since, whose init_transactions ended its transaction",
+                             own.task, own.order, zombie.task, zombie.order, zombie.transactional_id)
+                    continue
+                fence(self.clients, zombie, own)
 
     def newer_generation(self, stamp: GroupStamp, timeout_s: float) -> GroupStamp | None:
         """The first generation of ``stamp``'s run newer than it recorded after this claim, waiting
@@ -141,7 +147,8 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
                                  "give every eos-kafka source of a pipeline the same claimsTopic")
     topic = topics.pop()
     own = Claim(CLAIM, group, frozenset(partitions), AttemptOrder(plans[-1].offset, task_attempt_id),
-                transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t), slots=slots_name())
+                transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t), slots=slots_name(),
+                holder=process_token())
     own = replace(own, offset=append(clients.producer(), topic, group, own.to_json()))
     return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients)
 

@@ -72,3 +72,14 @@ def _taken_over(claim: Claim, records: list) -> bool:
     return bool(claim.slots) and any(
         isinstance(r, Claim) and r.kind == CLAIM and r.transactional_id == claim.transactional_id
         and r.slots == claim.slots and r.offset > claim.offset and r.order != claim.order for r in records)
+
+
+def taken_over_since(zombie: Claim, own: Claim, holder: str | None) -> bool:
+    """Whether the slot of ``zombie``'s transactional id, one of this attempt's executor, names
+    another process than the one that claimed (``holder``: its lock file's holder now). A process
+    takes a slot over only from a dead holder (transactional_id_factory), and its own
+    init_transactions aborted what the dead attempt left open: a fence now would abort the new
+    holder's transaction, another task's, which the claims it read may not show yet (it claims after
+    producing). An empty holder (a slot being taken) proves nothing."""
+    return bool(zombie.holder and zombie.slots and zombie.slots == own.slots and holder
+                and holder != zombie.holder)

@@ -70,6 +70,11 @@ def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int
     return f"{prefix}.{group_id or 'no-group'}.{executor}.{slot}"
 
 
+# The slot directory of each id stem (all but the slot's number) this process leased under: where
+# an attempt finds which process holds an id of its executor now (current_holder).
+_directories: dict[str, Path] = {}
+
+
 def slots_name() -> str:
     """Names this executor's slot directories in this application (its local directory): the same
     transactional id under the same name was held by one process at a time."""
@@ -95,8 +100,31 @@ def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None) 
         with _lease(directory / f"slot-{slot}.lock", _may_take) as previous:
             if previous is None:
                 continue
-            yield SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
+            lease = SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
+            _directories[lease.transactional_id.rpartition(".")[0]] = directory
+            yield lease
             return
+
+
+@contextlib.contextmanager
+def current_holder(transactional_id: str) -> Iterator[str | None]:
+    """The token of the process the slot of ``transactional_id`` names as its holder now, the slot
+    kept locked meanwhile when no task holds it, so that no task takes it over while the caller
+    acts on the answer; None for an id of slots this process never leased under (another executor,
+    another sink)."""
+    stem, _, slot = transactional_id.rpartition(".")
+    directory = _directories.get(stem)
+    try:
+        fd = os.open(directory / f"slot-{int(slot)}.lock", os.O_RDWR)
+    except (TypeError, ValueError, OSError):
+        yield None
+        return
+    try:
+        with contextlib.suppress(BlockingIOError):  # held by a running task: it keeps it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield os.pread(fd, 200, 0).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
 
 
 def _orphaned(directory: Path) -> list[int]:
