@@ -7,6 +7,10 @@ First what the proxy does to a plain client (each fault could fail to happen: th
 then not see it), then what the driver's planning does under it."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +22,7 @@ from pyspark_eos.errors import KafkaClientError
 from pyspark_eos.source.offset_reader import KafkaOffsetReader
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
+from pyspark_eos.testing.tcp_proxy import ClientProcesses
 
 from .kafka_tools import read_committed, unique_name
 
@@ -111,6 +116,73 @@ def test_refused_connections_fail_a_new_client_until_accepted_again(proxied, pro
         AdminClient({"bootstrap.servers": proxied.proxied_bootstrap_servers}).list_topics(timeout=2)
     proxy.accept()
     assert AdminClient({"bootstrap.servers": proxied.proxied_bootstrap_servers}).list_topics(timeout=30).brokers
+
+
+# Another process's client through the proxy: a line "TOPIC VALUE SECONDS" on stdin produces VALUE
+# and prints how many records flush(SECONDS) left undelivered; "new" makes a new producer first.
+CLIENT_PROCESS = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import Producer
+    new = lambda: Producer({"bootstrap.servers": sys.argv[1], "enable.idempotence": True})
+    producer = new()
+    for line in sys.stdin:
+        if line.startswith("new"):
+            producer, line = new(), line[4:]
+        topic, value, seconds = line.split()
+        producer.produce(topic, value=value.encode())
+        print(producer.flush(float(seconds)), flush=True)
+    """)
+
+
+class ClientProcess:
+    def __init__(self, servers: str):
+        self.process = subprocess.Popen([sys.executable, "-c", CLIENT_PROCESS, servers], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def undelivered(self, topic: str, value: str, seconds: float, new: bool = False) -> int:
+        self.process.stdin.write(f"{'new ' if new else ''}{topic} {value} {seconds}\n")
+        self.process.stdin.flush()
+        return int(self.process.stdout.readline())
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def test_client_processes_are_a_process_tree_without_the_trees_excluded():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid in ClientProcesses.of(os.getpid()) and os.getpid() in ClientProcesses.of(os.getpid())
+        assert child.pid not in ClientProcesses.of(os.getpid(), excluding=[child.pid])
+        assert os.getpid() in ClientProcesses.of(os.getpid(), excluding=[child.pid])
+        assert os.getpid() not in ClientProcesses.of(child.pid) and None not in ClientProcesses.of(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_faults_narrowed_to_some_clients_leave_the_others_alone(proxied, proxy):
+    topic, ours = _topic(proxied), _producer(proxied)
+    other = ClientProcess(proxied.proxied_bootstrap_servers)
+    try:
+        assert other.undelivered(topic, "other-before", 30) == 0
+        ours.produce(topic, value=b"ours-before")
+        assert ours.flush(30) == 0
+        proxy.only(ClientProcesses.of(other.process.pid))
+        proxy.partition()
+        assert other.undelivered(topic, "other-during", 2) == 1  # held
+        ours.produce(topic, value=b"ours-during")
+        assert ours.flush(30) == 0  # passes
+        proxy.heal()
+        assert other.undelivered(topic, "other-after", 30) == 0
+        proxy.refuse()  # for the other process's new connections only
+        assert other.undelivered(topic, "other-refused", 2, new=True) == 1
+        assert AdminClient({"bootstrap.servers": proxied.proxied_bootstrap_servers}).list_topics(timeout=30).brokers
+    finally:
+        other.stop()
+    values = sorted(r.value for r in read_committed(proxied.bootstrap_servers, topic))
+    assert values == sorted([b"other-before", b"ours-before", b"other-during", b"ours-during", b"other-after"])
 
 
 # ----------------------------------------------------------------------- the driver's planning

@@ -17,17 +17,26 @@ The faults, each set from the test's thread and applied to the connections open 
 - ``refuse()`` and ``accept()``: new connections are refused (the listening socket is closed),
   the open ones are left alone.
 
+``only(clients)`` narrows every fault to the connections of some client processes: a
+``ClientProcesses`` names them as the processes descending from some pids (a Spark executor's
+JVM: its Python workers' clients) but not from others (the driver's JVM, without the executors
+it started). Each connection's process is found when it is accepted, in ``/proc`` (Linux): the
+socket whose local port is the connection's peer port, and the process holding it. Outside the
+clients, connections pass untouched; a refusal becomes a reset right after the accept.
+
 It runs an asyncio loop on a thread of its own; nothing here is used by the runtime.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +50,55 @@ class Faults:
     bytes_per_s: float | None = None
 
 
+@dataclass(frozen=True)
+class ClientProcesses:
+    """The processes descending from (or being) one of ``roots`` and from none of ``excluding``."""
+
+    roots: frozenset[int]
+    excluding: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, *roots: int, excluding=()) -> "ClientProcesses":
+        return cls(frozenset(roots), frozenset(excluding))
+
+    def __contains__(self, pid: int | None) -> bool:
+        lineage = set(ancestors(pid)) if pid is not None else set()
+        return bool(lineage & self.roots) and not lineage & self.excluding
+
+
+def ancestors(pid: int) -> list[int]:
+    """``pid`` and its parents, up to the first process."""
+    chain = []
+    while pid > 0 and pid not in chain:
+        chain.append(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return chain
+
+
+def client_pid(client_port: int, server_port: int) -> int | None:
+    """The process holding the loopback TCP socket from ``client_port`` to ``server_port``."""
+    wanted = f"0100007F:{client_port:04X} 0100007F:{server_port:04X}"
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    inodes = {f"socket:[{fields[9]}]" for fields in map(str.split, lines) if " ".join(fields[1:3]) == wanted}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and inodes and _holds(entry, inodes):
+            return int(entry.name)
+    return None
+
+
+def _holds(process: Path, sockets: set[str]) -> bool:
+    try:
+        return any(os.readlink(fd) in sockets for fd in (process / "fd").iterdir())
+    except OSError:  # gone, or not ours to read
+        return False
+
+
 class _Connection:
     """One client's connection and its connection to the target, with a pump each way."""
 
@@ -49,10 +107,21 @@ class _Connection:
         self.client = client
         self.upstream: asyncio.StreamWriter | None = None
         self.tasks: list[asyncio.Task] = []
+        self.peer_port: int = client.get_extra_info("peername")[1]
+        self.pid: int | None = None  # the client's process, once asked for (TcpProxy.only)
+
+    @property
+    def faults(self) -> Faults:
+        return self.proxy.faults if self.proxy._affects(self) else Faults()
+
+    async def forwarding(self) -> None:
+        """Until no partition holds this connection."""
+        if self.proxy._affects(self):
+            await self.proxy._forwarding.wait()
 
     async def run(self, client_reader: asyncio.StreamReader) -> None:
         try:
-            await self.proxy._forwarding.wait()  # a partition holds new connections too
+            await self.forwarding()  # a partition holds new connections too
             target_reader, self.upstream = await asyncio.open_connection(*self.proxy.target)
         except OSError as error:
             log.info("proxy %s: connecting to %s:%d failed: %s", self.proxy.name, *self.proxy.target, error)
@@ -70,7 +139,7 @@ class _Connection:
         try:
             while True:
                 data = await reader.read(CHUNK)
-                faults = self.proxy.faults
+                faults = self.faults
                 delay = faults.upstream_delay_s if upstream else faults.downstream_delay_s
                 await queue.put((time.monotonic() + delay, data))
                 if not data:
@@ -85,11 +154,11 @@ class _Connection:
         while True:
             due, data = await queue.get()
             await asyncio.sleep(max(0.0, due - time.monotonic()))
-            await self.proxy._forwarding.wait()
+            await self.forwarding()
             if not data:
                 writer.write_eof() if writer.can_write_eof() else writer.close()
                 return
-            rate = self.proxy.faults.bytes_per_s
+            rate = self.faults.bytes_per_s
             if rate:
                 await asyncio.sleep(len(data) / rate)
             writer.write(data)
@@ -132,6 +201,8 @@ class TcpProxy:
         self._connections: set[_Connection] = set()
         self.connections_made = 0
         self._forwarding = asyncio.Event()
+        self.clients: ClientProcesses | None = None  # None: every client
+        self._refusing_clients = False
 
     @property
     def address(self) -> str:
@@ -160,6 +231,13 @@ class TcpProxy:
 
     # ------------------------------------------------------------------------------- faults
 
+    def only(self, clients: ClientProcesses | None) -> None:
+        """The faults apply to these clients' connections only (None: to every connection)."""
+        for connection in list(self._connections):
+            if connection.pid is None:
+                connection.pid = client_pid(connection.peer_port, self._port)
+        self.clients = clients
+
     def latency(self, upstream_ms: float = 0, downstream_ms: float = 0) -> None:
         self.faults.upstream_delay_s, self.faults.downstream_delay_s = upstream_ms / 1000, downstream_ms / 1000
 
@@ -180,21 +258,29 @@ class TcpProxy:
         self._call(self._forwarding.set)
 
     def refuse(self) -> None:
-        self._call_async(self._close_server())
+        if self.clients is None:
+            self._call_async(self._close_server())
+        else:
+            self._refusing_clients = True
 
     def accept(self) -> None:
+        self._refusing_clients = False
         self._call_async(self._open_server())
 
     def clear(self) -> None:
-        """Every fault off; refused connections are accepted again."""
+        """Every fault off, for every client; refused connections are accepted again."""
         self.faults = Faults()
         self.heal()
         self.accept()
+        self.clients = None
 
     # ------------------------------------------------------------------------------- the loop
 
+    def _affects(self, connection: _Connection) -> bool:
+        return self.clients is None or connection.pid in self.clients
+
     def _reset_all(self) -> int:
-        connections = list(self._connections)
+        connections = [connection for connection in self._connections if self._affects(connection)]
         for connection in connections:
             connection.abort()
         return len(connections)
@@ -215,6 +301,12 @@ class TcpProxy:
         self._connections.add(connection)
         self.connections_made += 1
         try:
+            if self.clients is not None:
+                connection.pid = await asyncio.get_running_loop().run_in_executor(
+                    None, client_pid, connection.peer_port, self._port)
+                if self._refusing_clients and self._affects(connection):
+                    connection.abort()
+                    return
             await connection.run(reader)
         finally:
             self._connections.discard(connection)
