@@ -22,9 +22,11 @@ from pyspark_eos.errors import KafkaClientError
 from pyspark_eos.source.offset_reader import KafkaOffsetReader
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
+from pyspark_eos.testing.local_spark import executor_ids, executor_work_directory
 from pyspark_eos.testing.tcp_proxy import ClientProcesses
 
-from .kafka_tools import read_committed, unique_name
+from .kafka_tools import read_committed, unique_name, wait_until
+from .spark_tools import Pipeline, eos_pipeline
 
 BOUND_S = 3
 
@@ -162,6 +164,16 @@ def test_client_processes_are_a_process_tree_without_the_trees_excluded():
         child.wait()
 
 
+def test_client_processes_working_in_a_directory(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path)
+    try:
+        clients = ClientProcesses.working_in(tmp_path)
+        assert child.pid in clients and os.getpid() not in clients and None not in clients
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_faults_narrowed_to_some_clients_leave_the_others_alone(proxied, proxy):
     topic, ours = _topic(proxied), _producer(proxied)
     other = ClientProcess(proxied.proxied_bootstrap_servers)
@@ -170,6 +182,7 @@ def test_faults_narrowed_to_some_clients_leave_the_others_alone(proxied, proxy):
         ours.produce(topic, value=b"ours-before")
         assert ours.flush(30) == 0
         proxy.only(ClientProcesses.of(other.process.pid))
+        assert proxy.affected() >= 1  # the other process's connection, and not ours
         proxy.partition()
         assert other.undelivered(topic, "other-during", 2) == 1  # held
         ours.produce(topic, value=b"ours-during")
@@ -218,3 +231,35 @@ def test_planning_through_a_longer_partition_fails_naming_the_brokers_and_the_op
                                                rf"within {BOUND_S} s \(option connectTimeoutMs\)"):
         reader.latest(partitions)
     assert time.monotonic() - started < BOUND_S + 5
+
+
+# ----------------------------------------------------------------------- a running query
+
+PARTITION_S = 6
+
+
+def test_a_partition_of_one_executor_shorter_than_the_transaction_timeout_is_ridden_through(proxied, proxy,
+                                                                                              spark_cluster, tmp_path):
+    """One executor's clients (its Python workers, found by their working directory) cut off from
+    the broker for a few seconds while the query runs and input arrives: its tasks wait or fail and
+    are retried, the query stays up, and each record is written once."""
+    pipeline = Pipeline(proxied, tmp_path, rounds=3)
+    writer = eos_pipeline(spark_cluster, proxied.proxied_bootstrap_servers, pipeline.input, pipeline.output,
+                          pipeline.group, startingOffsets="earliest", maxOffsetsPerTrigger=9)
+    query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds").start()
+    try:
+        wait_until(lambda: pipeline.output_values(), 120, "the query's first output")
+        executor = sorted(executor_ids(spark_cluster))[0]
+        proxy.only(ClientProcesses.working_in(executor_work_directory(spark_cluster, executor)))
+        assert proxy.affected() >= 1, "the executor's workers have no connection to cut"
+        proxy.partition()
+        pipeline.add_input(3, 3)
+        time.sleep(PARTITION_S)  # the fault's length, not a wait for a condition
+        proxy.heal()
+        expected = sorted(pipeline.input_values())
+        wait_until(lambda: sorted(pipeline.output_values()) == expected or not query.isActive, 180,
+                   "the input written during the partition in the output")
+        assert query.isActive, f"the query died: {query.exception()}"
+    finally:
+        query.stop()
+    pipeline.assert_exactly_once()

@@ -181,6 +181,11 @@ def executor_local_dirs(spark, timeout: float = 60.0) -> set[str]:
             return found
 
 
+def executor_work_directory(spark, executor: str) -> Path:
+    """Where a local-cluster executor runs (its Python workers' working directory), and logs."""
+    return launched_spark_home() / "work" / spark.sparkContext.applicationId / executor
+
+
 def executor_logs(spark) -> str:
     """What the executors of a local-cluster session wrote to stderr (their log4j lines, the
     exceptions of failed tasks, their Python workers' output): Spark's standalone worker keeps it

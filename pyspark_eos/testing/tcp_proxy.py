@@ -18,11 +18,12 @@ The faults, each set from the test's thread and applied to the connections open 
   the open ones are left alone.
 
 ``only(clients)`` narrows every fault to the connections of some client processes: a
-``ClientProcesses`` names them as the processes descending from some pids (a Spark executor's
-JVM: its Python workers' clients) but not from others (the driver's JVM, without the executors
-it started). Each connection's process is found when it is accepted, in ``/proc`` (Linux): the
-socket whose local port is the connection's peer port, and the process holding it. Outside the
-clients, connections pass untouched; a refusal becomes a reset right after the accept.
+``ClientProcesses`` names them as the processes descending from some pids but not from others
+(the driver's JVM, without the executors it started), or as those working in a directory (a
+Spark executor's work directory: its Python workers). Each connection's process is found in
+``/proc`` (Linux): the socket whose local port is the connection's peer port, and the process
+holding it. Outside the clients, connections pass untouched; a refusal becomes a reset right
+after the accept.
 
 It runs an asyncio loop on a thread of its own; nothing here is used by the runtime.
 """
@@ -52,17 +53,32 @@ class Faults:
 
 @dataclass(frozen=True)
 class ClientProcesses:
-    """The processes descending from (or being) one of ``roots`` and from none of ``excluding``."""
+    """The processes descending from (or being) one of ``roots`` and from none of ``excluding``;
+    or, with a ``directory``, those working in it (a Spark executor's Python workers, which its
+    JVM starts in its work directory, also when they are forked by a fork server, no child of it)."""
 
-    roots: frozenset[int]
+    roots: frozenset[int] = frozenset()
     excluding: frozenset[int] = frozenset()
+    directory: Path | None = None
 
     @classmethod
     def of(cls, *roots: int, excluding=()) -> "ClientProcesses":
         return cls(frozenset(roots), frozenset(excluding))
 
+    @classmethod
+    def working_in(cls, directory: str | Path) -> "ClientProcesses":
+        return cls(directory=Path(directory).resolve())
+
     def __contains__(self, pid: int | None) -> bool:
-        lineage = set(ancestors(pid)) if pid is not None else set()
+        if pid is None:
+            return False
+        if self.directory is not None:
+            try:
+                cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                return False
+            return cwd == self.directory or self.directory in cwd.parents
+        lineage = set(ancestors(pid))
         return bool(lineage & self.roots) and not lineage & self.excluding
 
 
@@ -237,6 +253,10 @@ class TcpProxy:
             if connection.pid is None:
                 connection.pid = client_pid(connection.peer_port, self._port)
         self.clients = clients
+
+    def affected(self) -> int:
+        """How many open connections the faults apply to."""
+        return sum(1 for connection in list(self._connections) if self._affects(connection))
 
     def latency(self, upstream_ms: float = 0, downstream_ms: float = 0) -> None:
         self.faults.upstream_delay_s, self.faults.downstream_delay_s = upstream_ms / 1000, downstream_ms / 1000
