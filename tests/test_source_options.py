@@ -32,6 +32,17 @@ def test_keys_are_case_insensitive_and_kafka_params_pass_through():
     assert options.max_offsets_per_trigger == 7
 
 
+def test_the_poll_timeout_takes_spark_connectors_option_and_reaches_the_read_tasks():
+    from pyspark_eos.source.planner import SourcePlanner
+
+    assert parse().poll_timeout_ms == 120_000  # as spark.network.timeout's default in Spark's connector
+    options = parse(**{"kafkaConsumer.pollTimeoutMs": "2500"})
+    assert options.poll_timeout_ms == 2500
+    assert SourcePlanner(options).settings.poll_timeout_s == 2.5
+    with pytest.raises(ConfigurationError, match=r"option kafkaConsumer.pollTimeoutMs='0' must be a positive"):
+        parse(**{"kafkaConsumer.pollTimeoutMs": "0"})
+
+
 def test_offsets_json_and_group_start():
     options = parse(startingOffsets='{"in":{"0":5,"1":-2}}')
     assert options.starting.kind == "offsets"

@@ -199,13 +199,18 @@ SOURCE_OPTIONS = (
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
     "maxOffsetsPerTrigger", "minPartitions", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
-    "claimsTopic", "connectTimeoutMs",
+    "claimsTopic", "connectTimeoutMs", "kafkaConsumer.pollTimeoutMs",
 )
 
 # Kafka partitions with fewer records in a batch share a Spark task until it has about this many:
 # each task pays a transaction, its offsets and its commit once, whatever its size; the value is
 # the fastest of those measured (benchmarks/JOURNAL.md).
 DEFAULT_MIN_RECORDS_PER_PARTITION = 50_000
+
+# How long a read task waits for its ranges' records before it fails (Spark's Kafka connector's
+# kafkaConsumer.pollTimeoutMs, whose default is spark.network.timeout's): an executor cut off from
+# the partitions' leaders fails its tasks after this, and Spark retries them.
+DEFAULT_POLL_TIMEOUT_MS = 120_000
 
 
 
@@ -225,6 +230,7 @@ class SourceOptions:
     claims_topic: str = DEFAULT_CLAIMS_TOPIC
     min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     # At least this many tasks per batch (Spark's minPartitions); None: the planner's machine's cores.
     min_partitions: int | None = None
 
@@ -262,6 +268,7 @@ class SourceOptions:
             min_records_per_partition=parse_positive_int(options, "minRecordsPerPartition",
                                                          DEFAULT_MIN_RECORDS_PER_PARTITION),
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
+            poll_timeout_ms=parse_positive_int(options, "kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS),
             min_partitions=parse_positive_int(options, "minPartitions", None),
         )
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer

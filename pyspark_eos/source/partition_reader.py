@@ -204,8 +204,8 @@ def _consume(consumer: Consumer, ranges: dict, starts: dict, settings: ReaderSet
         elif time.monotonic() - last_progress > settings.poll_timeout_s:
             stuck = ", ".join(f"{ranges[key]} at offset {positions[key]}" for key in unfinished)
             raise KafkaClientError(
-                f"reading {stuck} made no progress for {settings.poll_timeout_s:.0f} s; check that the "
-                "partitions' leaders are reachable"
+                f"reading {stuck} made no progress for {settings.poll_timeout_s:g} s (option "
+                "kafkaConsumer.pollTimeoutMs); check that the partitions' leaders are reachable from this executor"
             )
         if len(columns) >= settings.batch_records:
             yield columns.to_batch()

@@ -32,6 +32,7 @@ class SourcePlanner:
             consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
             include_headers=options.include_headers,
             fail_on_data_loss=options.fail_on_data_loss,
+            poll_timeout_s=options.poll_timeout_ms / 1000,
             columns=columns,
         )
 
