@@ -1,11 +1,11 @@
 """Running eos-kafka streaming queries in tests and recording what each micro-batch saw."""
 from __future__ import annotations
 
-from collections import Counter
-
+import contextlib
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Iterator
 
 from .copy_query import await_end, to_the_end
 from .kafka_tools import (
@@ -15,6 +15,7 @@ from .kafka_tools import (
     mixed_transactions,
     read_committed,
     unique_name,
+    wait_until,
     write_transactions,
 )
 
@@ -105,6 +106,26 @@ class Pipeline:
         writer = eos_pipeline(spark, servers or self.bootstrap, self.input, self.output, self.group, transform,
                               sink_options, **options)
         return run_to_end(writer, checkpoint or self.checkpoint)
+
+    @contextlib.contextmanager
+    def riding_through(self, spark, servers: str | None = None) -> Iterator:
+        """A running query (a 500 ms trigger, through ``servers`` if given) that must ride through
+        what the block does to the cluster or the network: the block runs once the query has
+        written its first output; after it, every input record must reach the output while the
+        query stays up, and once the query stopped, each of them once."""
+        writer = eos_pipeline(spark, servers or self.bootstrap, self.input, self.output, self.group,
+                              startingOffsets="earliest", maxOffsetsPerTrigger=9)
+        query = writer.option("checkpointLocation", self.checkpoint).trigger(processingTime="500 milliseconds").start()
+        try:
+            wait_until(lambda: self.output_values(), 120, "the query's first output")
+            yield query
+            expected = sorted(self.input_values())
+            wait_until(lambda: sorted(self.output_values()) == expected or not query.isActive, 180,
+                       "the input written around the fault in the output")
+            assert query.isActive, f"the query died: {query.exception()}"
+        finally:
+            query.stop()
+        self.assert_exactly_once()
 
     def output_values(self) -> list[bytes]:
         return [r.value for r in read_committed(self.bootstrap, self.output, partitions=2)]

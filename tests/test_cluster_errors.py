@@ -23,8 +23,8 @@ from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import free_ports
 
-from .kafka_tools import committed_offsets, create_topic, transactional_ids, unique_name, wait_until
-from .spark_tools import PARTITIONS, Pipeline, eos_pipeline, run_to_end, source
+from .kafka_tools import committed_offsets, create_topic, transactional_ids, unique_name
+from .spark_tools import PARTITIONS, Pipeline, run_to_end, source
 
 BOUND_S = 3
 # The bound, plus Spark planning the query in Python workers it may have to start first (over 10 s
@@ -221,19 +221,7 @@ def test_a_running_query_rides_through_a_restart_of_the_only_broker_exactly_once
 
     with EmbeddedKafkaCluster(nodes=1, directory=tmp_path / "kafka") as cluster:
         pipeline = Pipeline(cluster, tmp_path, rounds=3)
-        writer = eos_pipeline(spark, cluster.bootstrap_servers, pipeline.input, pipeline.output, pipeline.group,
-                              startingOffsets="earliest", maxOffsetsPerTrigger=9)
-        query = (writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds")
-                 .start())
-        try:
-            wait_until(lambda: pipeline.output_values(), 120, "the query's first output")
+        with pipeline.riding_through(spark):
             cluster.kill_node(1)
             cluster.restart_node(1)
             pipeline.add_input(3, 3)
-            expected = sorted(pipeline.input_values())
-            wait_until(lambda: sorted(pipeline.output_values()) == expected or not query.isActive, 180,
-                       "the input written around the restart in the output")
-            assert query.isActive, f"the query died: {query.exception()}"
-        finally:
-            query.stop()
-        pipeline.assert_exactly_once()

@@ -19,14 +19,16 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.errors import KafkaClientError
+from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.source.offset_reader import KafkaOffsetReader
+from pyspark_eos.source.partition_reader import ReaderSettings, consumer_config, read_range
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 from pyspark_eos.testing.local_spark import executor_ids, executor_work_directory
 from pyspark_eos.testing.tcp_proxy import ClientProcesses
 
-from .kafka_tools import read_committed, unique_name, wait_until
-from .spark_tools import Pipeline, eos_pipeline
+from .kafka_tools import read_committed, unique_name
+from .spark_tools import Pipeline
 
 BOUND_S = 3
 
@@ -233,6 +235,25 @@ def test_planning_through_a_longer_partition_fails_naming_the_brokers_and_the_op
     assert time.monotonic() - started < BOUND_S + 5
 
 
+# ----------------------------------------------------------------------- a read task
+
+def test_a_read_task_cut_off_from_the_leader_fails_after_the_poll_timeout_naming_the_option(proxied, proxy):
+    topic = _topic(proxied)
+    producer = Producer({"bootstrap.servers": proxied.bootstrap_servers})
+    producer.produce(topic, value=b"a")
+    assert producer.flush(30) == 0
+    config = consumer_config(proxied.proxied_bootstrap_servers, {}, None)
+    settings = ReaderSettings(config, include_headers=False, fail_on_data_loss=True, poll_timeout_s=BOUND_S)
+    proxy.partition()
+    started = time.monotonic()
+    with pytest.raises(KafkaClientError, match=r"made no progress for 3 s \(option kafkaConsumer.pollTimeoutMs\)"):
+        list(read_range(OffsetRange(topic, 0, 0, 1), settings))
+    assert BOUND_S <= time.monotonic() - started < BOUND_S + 10
+    proxy.heal()
+    assert [row["value"] for batch in read_range(OffsetRange(topic, 0, 0, 1), settings) for row in batch.to_pylist()] \
+        == [b"a"]  # the same read, once the network is back
+
+
 # ----------------------------------------------------------------------- a running query
 
 PARTITION_S = 6
@@ -244,11 +265,7 @@ def test_a_partition_of_one_executor_shorter_than_the_transaction_timeout_is_rid
     the broker for a few seconds while the query runs and input arrives: its tasks wait or fail and
     are retried, the query stays up, and each record is written once."""
     pipeline = Pipeline(proxied, tmp_path, rounds=3)
-    writer = eos_pipeline(spark_cluster, proxied.proxied_bootstrap_servers, pipeline.input, pipeline.output,
-                          pipeline.group, startingOffsets="earliest", maxOffsetsPerTrigger=9)
-    query = writer.option("checkpointLocation", pipeline.checkpoint).trigger(processingTime="500 milliseconds").start()
-    try:
-        wait_until(lambda: pipeline.output_values(), 120, "the query's first output")
+    with pipeline.riding_through(spark_cluster, proxied.proxied_bootstrap_servers):
         executor = sorted(executor_ids(spark_cluster))[0]
         proxy.only(ClientProcesses.working_in(executor_work_directory(spark_cluster, executor)))
         assert proxy.affected() >= 1, "the executor's workers have no connection to cut"
@@ -256,10 +273,3 @@ def test_a_partition_of_one_executor_shorter_than_the_transaction_timeout_is_rid
         pipeline.add_input(3, 3)
         time.sleep(PARTITION_S)  # the fault's length, not a wait for a condition
         proxy.heal()
-        expected = sorted(pipeline.input_values())
-        wait_until(lambda: sorted(pipeline.output_values()) == expected or not query.isActive, 180,
-                   "the input written during the partition in the output")
-        assert query.isActive, f"the query died: {query.exception()}"
-    finally:
-        query.stop()
-    pipeline.assert_exactly_once()
