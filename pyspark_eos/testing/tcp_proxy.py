@@ -123,7 +123,8 @@ class _Connection:
         self.client = client
         self.upstream: asyncio.StreamWriter | None = None
         self.tasks: list[asyncio.Task] = []
-        self.peer_port: int = client.get_extra_info("peername")[1]
+        peer = client.get_extra_info("peername")  # None once the client has gone
+        self.peer_port: int = peer[1] if peer else 0
         self.pid: int | None = None  # the client's process, once asked for (TcpProxy.only)
 
     @property
