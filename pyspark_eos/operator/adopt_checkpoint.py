@@ -19,10 +19,10 @@ import contextlib
 import json
 import logging
 import os
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Protocol
+from urllib.parse import unquote, urlsplit
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
