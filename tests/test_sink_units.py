@@ -365,6 +365,18 @@ def test_a_cached_producer_is_replaced_when_the_groups_coordinator_moved_or_cann
     assert _coordinator_moved(WorkerProducer("id", None, 1, group_coordinator=last), now) is moved
 
 
+def test_a_producers_outages_count_only_all_its_brokers_down():
+    from confluent_kafka import KafkaError
+
+    from pyspark_eos.sink.producer_pool import BrokerOutages
+
+    outages = BrokerOutages()
+    outages(KafkaError(KafkaError._TRANSPORT, "one broker's connection closed"))
+    assert not outages.seen  # librdkafka reconnects a single connection by itself
+    outages(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert outages.seen
+
+
 class _RefusedClaim:
     """An attempt's claim whose fence decision refuses it (a newer attempt claimed the input)."""
 

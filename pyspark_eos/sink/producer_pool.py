@@ -5,7 +5,7 @@ held with the worker's other clients (worker_resources).
 A producer that hit a fatal error (fenced, or its transaction timed out by the broker) is dropped
 and rebuilt with the same transactional id: its ``init_transactions`` bumps the epoch and takes
 over. So is one whose consumer group's coordinator moved since its last task (see
-``_coordinator_moved``).
+``_coordinator_moved``), and one that lost all its brokers since it was made (``BrokerOutages``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from ..kafka.clients import init_transactional_producer
@@ -26,6 +26,20 @@ log = logging.getLogger(__name__)
 COORDINATOR_LOOKUP_TIMEOUT_S = 5.0
 
 
+class BrokerOutages:
+    """A producer's error_cb: whether librdkafka has reported all its brokers down since it was
+    made. Such a producer is not reused: after a lone broker's restart (even a clean one), a
+    producer that lived through it hung in send_offsets_to_transaction until the call's deadline,
+    while a producer made after the restart committed at once."""
+
+    def __init__(self):
+        self.seen = False
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.seen = True
+
+
 @dataclass
 class WorkerProducer:
     transactional_id: str
@@ -34,6 +48,7 @@ class WorkerProducer:
     slot: int = -1
     # The group's coordinator when this producer's last task began (None: no group, or not known).
     group_coordinator: int | None = None
+    outages: BrokerOutages | None = None
 
     def close(self) -> None:
         close_client(self.producer)
@@ -53,15 +68,22 @@ def producer_for(held: Held, lease: SlotLease, group_id: str | None) -> WorkerPr
     coordinator = _group_coordinator(held, group_id)
     ours = lease.previous_holder == process_token()
     if cached is not None and cached.transactional_id == lease.transactional_id and ours:
-        if not _coordinator_moved(cached, coordinator):
+        if not _coordinator_moved(cached, coordinator) and not _brokers_lost(cached):
             cached.group_coordinator = coordinator
             return cached
     elif cached is not None:
         log.info("slot moved (%s -> %s); replacing this worker's producer", cached.transactional_id,
                  lease.transactional_id)
     held.drop(PRODUCER)
-    return held.client(PRODUCER, lambda: WorkerProducer(lease.transactional_id, _new_producer(held, lease.transactional_id),
-                                                        os.getpid(), lease.slot, coordinator))
+    return held.client(PRODUCER, lambda: _new_worker_producer(held, lease, coordinator))
+
+
+def _new_worker_producer(held: Held, lease: SlotLease, coordinator: int | None) -> WorkerProducer:
+    outages = BrokerOutages()
+    producer = _new_producer(held, lease.transactional_id, outages)
+    producer.poll(0)  # what happened before init_transactions succeeded is no outage of this producer
+    outages.seen = False
+    return WorkerProducer(lease.transactional_id, producer, os.getpid(), lease.slot, coordinator, outages)
 
 
 def _group_coordinator(held: Held, group_id: str | None) -> int | None:
@@ -81,6 +103,15 @@ def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
                     "the producer", cached.group_coordinator, "unknown" if coordinator is None else f"broker {coordinator}",
                     cached.transactional_id)
     return moved
+
+
+def _brokers_lost(cached: WorkerProducer) -> bool:
+    cached.producer.poll(0)  # librdkafka reports errors to error_cb only inside poll() or flush()
+    lost = cached.outages is not None and cached.outages.seen
+    if lost:
+        log.warning("producer %s lost all its brokers since it was made; replacing the producer",
+                    cached.transactional_id)
+    return lost
 
 
 def cached_slot(held: Held) -> int | None:
@@ -104,9 +135,10 @@ class _DeliveryFailures:
 delivery_failures = _DeliveryFailures()
 
 
-def _new_producer(held: Held, transactional_id: str) -> Producer:
+def _new_producer(held: Held, transactional_id: str, outages: BrokerOutages) -> Producer:
     settings = held.settings
-    config = {**settings.kafka_params, "delivery.report.only.error": True, "on_delivery": delivery_failures}
+    config = {**settings.kafka_params, "delivery.report.only.error": True, "on_delivery": delivery_failures,
+              "error_cb": outages}
     producer = init_transactional_producer(settings.bootstrap_servers, config, transactional_id,
                                            settings.transaction_timeout_ms)
     log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())
