@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devtools import python_logging
-from pyspark_eos.testing.embedded_kafka import die_with_parent, free_ports, log_tail
+from pyspark_eos.testing.embedded_kafka import free_ports, log_tail, start_dying_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +218,9 @@ class StandaloneCluster:
             env = python_logging.environment(self.python_log_level, env)
         log_path = self.directory / f"{name}.log"
         with open(log_path, "ab") as log_file:
-            process = subprocess.Popen([str(home / "bin" / "spark-class"), *arguments], env=env,
-                                       stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True, preexec_fn=die_with_parent())
+            process = start_dying_with_parent([str(home / "bin" / "spark-class"), *arguments], env=env,
+                                              stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              start_new_session=True)
         daemon = _Daemon(name, process, log_path)
         self._daemons.append(daemon)
         log.info("%s: pid %d on %s, log %s", name, process.pid, address, log_path)

@@ -123,3 +123,64 @@ def test_a_node_that_cannot_start_is_reported_with_its_log(tmp_path):
     assert str(cluster.node(1).log_path) in message
     assert "num.io.threads" in message
     assert cluster.running_node_ids() == []
+
+
+def test_a_command_dying_with_its_parent_starts_while_other_threads_hold_locks_and_dies_with_its_thread():
+    """Started from a threaded process whose other thread holds the logging lock while a third
+    keeps, in its thread-local storage, an object that logs when it is finalized (as py4j's
+    connections do): the command still starts (no Python code runs between fork and exec), as the
+    command itself, and the kernel kills it once the thread that started it has ended."""
+    import logging
+    import time
+
+    from pyspark_eos.testing.embedded_kafka import start_dying_with_parent
+
+    logger, handler = logging.getLogger(f"{__name__}.finalizer"), logging.StreamHandler()
+    logger.addHandler(handler)
+
+    class LogsWhenFinalized:
+        def __del__(self):
+            logger.warning("finalized")
+
+    release, held = threading.Event(), threading.Event()
+    local = threading.local()
+
+    def hold_the_lock():
+        with handler.lock:
+            held.set()
+            release.wait(30)
+
+    def keep_a_finalizer():
+        local.connection = LogsWhenFinalized()
+        release.wait(30)
+
+    started = {}
+
+    def start():
+        process = started["process"] = start_dying_with_parent(["sleep", "60"])
+        # Exec'd as the command (same pid): the pid a cluster kills and checks is the program's.
+        wait_until(lambda: open(f"/proc/{process.pid}/cmdline").read().startswith("sleep\0"), 10, "the exec")
+        started["exec"] = True
+
+    helpers = [threading.Thread(target=hold_the_lock), threading.Thread(target=keep_a_finalizer)]
+    for helper in helpers:
+        helper.start()
+    try:
+        assert held.wait(10)
+        starter = threading.Thread(target=start)
+        starter.start()
+        starter.join(10)
+        assert not starter.is_alive(), "Popen did not return: the forked child hangs before exec"
+    finally:
+        release.set()
+        for helper in helpers:
+            helper.join()
+        logger.removeHandler(handler)
+    process = started["process"]
+    try:
+        assert started.get("exec")
+        wait_until(lambda: process.poll() is not None, 10, "the command's death with its starting thread")
+        assert process.returncode == -9
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pyspark_eos.testing.embedded_kafka import die_with_parent
+from pyspark_eos.testing.embedded_kafka import start_dying_with_parent
 from pyspark_eos.testing.local_spark import LOCAL
 
 from .instance_job import FAILED, instance
@@ -70,8 +70,8 @@ def instance_in_its_own_application(pipeline: Pipeline, checkpoint: Path, log: P
     command = [sys.executable, "-m", "tests.instance_job", pipeline.bootstrap, pipeline.input, pipeline.output,
                pipeline.group, str(checkpoint), tag, str(max_offsets_per_trigger)]
     with open(log, "wb") as output:
-        process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())
+        process = start_dying_with_parent(command, cwd=PROJECT_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         yield process
     finally:

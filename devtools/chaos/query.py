@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_eos.testing.embedded_kafka import die_with_parent
+from pyspark_eos.testing.embedded_kafka import start_dying_with_parent
 
 from ..python_logging import environment
 
@@ -62,9 +62,9 @@ class QueryInstance:
                    "--starting-offsets", starting_offsets]
         with open(self.log_path, "ab") as log_file:
             # A session of its own (kill() takes the whole group), dying with the campaign.
-            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=die_with_parent(), env=environment("INFO"))
+            self.process = start_dying_with_parent(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                                   stdin=subprocess.DEVNULL, start_new_session=True,
+                                                   env=environment("INFO"))
         log.info("query driver %d started: pid %d, checkpoint %s, startingOffsets=%s, log %s",
                  number, self.process.pid, checkpoint, starting_offsets, self.log_path)
 

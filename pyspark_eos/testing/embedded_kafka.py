@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import ctypes
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from .certificates import TlsFiles, make_tls_files
 from .jvm_options import class_archive_options, extra_jvm_options
@@ -122,17 +121,32 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "(no log written)"
 
 
-def die_with_parent() -> Callable[[], None]:
-    """A preexec_fn that has the kernel kill the broker when the process that started it dies.
+# What a fresh interpreter runs before it becomes the program: it asks the kernel to kill it when
+# the thread that started it ends, says so on a pipe, and execs. A preexec_fn would run this in the
+# forked copy of the starting process instead, where Python first cleans up the other threads'
+# state: a finalizer run there (a py4j connection's, which logs) waits for a lock another thread
+# held at the fork, and the child, and Popen with it, hang for good.
+_EXEC_DYING_WITH_PARENT = ("import ctypes, os, signal, sys; "
+                           f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, signal.SIGKILL); "
+                           "os.write(int(sys.argv[1]), b'1'); os.close(int(sys.argv[1])); "
+                           "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def start_dying_with_parent(command: Sequence[str], **popen_args) -> subprocess.Popen:
+    """Popen ``command`` so that the kernel kills it when the thread that started it ends; returns
+    once that holds (the thread may end at once).
 
     A test run killed with SIGKILL would otherwise leave JVMs holding ports and memory.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    return preexec
+    ready, told = os.pipe()
+    try:
+        process = subprocess.Popen([sys.executable, "-S", "-c", _EXEC_DYING_WITH_PARENT, str(told), *command],
+                                   pass_fds=(told,), **popen_args)
+    finally:
+        os.close(told)
+    with os.fdopen(ready, "rb") as answer:
+        answer.read(1)  # empty when the interpreter died first: Popen's caller sees the process gone
+    return process
 
 
 def _pid_is_node(pid: int, node: NodeSpec) -> bool:
@@ -444,12 +458,10 @@ class EmbeddedKafkaCluster:
 
     def _launch(self, classpath: str, node: NodeSpec) -> None:
         with open(node.log_path, "ab") as log_file:
-            process = subprocess.Popen(
-                self._java(classpath, node) + self.broker_jvm_options + ["kafka.Kafka", str(node.config_path)],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=die_with_parent() if self.tie_to_parent else None,
-            )
+            command = self._java(classpath, node) + self.broker_jvm_options + ["kafka.Kafka", str(node.config_path)]
+            start = start_dying_with_parent if self.tie_to_parent else subprocess.Popen
+            process = start(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
         self._processes[node.node_id] = process
         self.pids[node.node_id] = process.pid
         log.info("node %d: pid %d, broker 127.0.0.1:%d, log %s",
