@@ -245,12 +245,12 @@ def process_cpu_seconds(jvm_pid: int) -> dict[str, object]:
     Python processes (task workers, the Python sources' and sinks' driver-side runners), with the
     time of those that exited, which their parents hold as waited-for children's; ``kafka broker``;
     ``benchmark``, this process (the driver's Python side). Subtract two with ``cpu_spent``."""
-    own, waited = _stat_seconds(jvm_pid)
-    groups = {"spark jvm": own, "python": waited, "benchmark": _stat_seconds(os.getpid())[0]}
+    own, waited = stat_seconds(jvm_pid)
+    groups = {"spark jvm": own, "python": waited, "benchmark": stat_seconds(os.getpid())[0]}
     for pid in python_descendants(jvm_pid):
-        groups["python"] += sum(_stat_seconds(pid))
-    return {**groups, "kafka broker": {pid: _stat_seconds(pid)[0] for pid in _kafka_brokers()},
-            "fork server": {pid: sum(_stat_seconds(pid)) for pid in fork_servers()}}
+        groups["python"] += sum(stat_seconds(pid))
+    return {**groups, "kafka broker": {pid: stat_seconds(pid)[0] for pid in _kafka_brokers()},
+            "fork server": {pid: sum(stat_seconds(pid)) for pid in fork_servers()}}
 
 
 def cpu_spent(before: dict, after: dict) -> dict[str, float]:
@@ -268,7 +268,7 @@ def cpu_spent(before: dict, after: dict) -> dict[str, float]:
     return spent
 
 
-def _stat_seconds(pid: int) -> tuple[float, float]:
+def stat_seconds(pid: int) -> tuple[float, float]:
     """(own, waited-for children's) user + system CPU seconds of ``pid``; zeros once it is gone."""
     try:
         fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
