@@ -23,7 +23,7 @@ from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.source.options import SourceOptions
 from pyspark_eos.testing.embedded_kafka import free_ports
 
-from .kafka_tools import committed_offsets, create_topic, transactional_ids, unique_name
+from .kafka_tools import committed_offsets, create_topic, read_committed, transactional_ids, unique_name, wait_until
 from .spark_tools import PARTITIONS, Pipeline, run_to_end, source
 
 BOUND_S = 3
@@ -226,8 +226,6 @@ def test_a_workers_producer_that_lived_through_a_restart_of_the_only_broker_is_r
     from pyspark_eos.sink.producer_pool import PRODUCER, admin_for, cached_slot, producer_for
     from pyspark_eos.sink.transactional_id_factory import lease_slot
     from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
-
-    from .kafka_tools import read_committed, wait_until
 
     with EmbeddedKafkaCluster(nodes=1, directory=tmp_path / "kafka") as cluster:
         bootstrap = cluster.bootstrap_servers
