@@ -7,7 +7,10 @@ instead of failing each record after librdkafka gives up on the topic's metadata
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +24,9 @@ from pyspark.sql import functions as F
 from pyspark_eos.errors import ConfigurationError, KafkaClientError
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.source.options import SourceOptions
-from pyspark_eos.testing.embedded_kafka import free_ports
+from pyspark_eos.testing.embedded_kafka import free_ports, start_dying_with_parent
 
+from .class_archives import CHECKOUT as PROJECT_ROOT
 from .kafka_tools import committed_offsets, create_topic, read_committed, transactional_ids, unique_name, wait_until
 from .spark_tools import PARTITIONS, Pipeline, run_to_end, source
 
@@ -259,6 +263,39 @@ def test_a_workers_producer_that_lived_through_a_restart_of_the_only_broker_is_r
         finally:
             held.drop(PRODUCER)
             member.close()
+
+
+def test_coordinator_requests_through_restarts_of_the_only_broker_neither_abort_the_process_nor_stop_answering(
+        tmp_path):
+    """An AdminClient's request to a group's coordinator that librdkafka times out while the broker
+    stops or comes back aborted the process (an assertion in librdkafka 2.16): the task's wait is
+    bounded outside librdkafka instead (group_offsets.coordinator_answer). And an AdminClient that
+    lived through the restart left such requests unanswered: a worker replaces it, as its producer
+    (producer_pool.admin_for). Four threads ask while the only broker is killed or stopped, with
+    requests timing out, and started again, four times."""
+    from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+
+    counts_file = tmp_path / "counts.json"
+
+    def counts() -> dict[str, int]:
+        return json.loads(counts_file.read_text()) if counts_file.exists() else {}
+
+    with EmbeddedKafkaCluster(nodes=1, directory=tmp_path / "kafka") as cluster:
+        command = [sys.executable, "-m", "tests.coordinator_requests_job", cluster.bootstrap_servers, str(counts_file)]
+        job = start_dying_with_parent(command, cwd=PROJECT_ROOT, stdin=subprocess.PIPE)
+        try:
+            for restart in range(4):
+                answered = wait_until(lambda: counts().get("answered", 0), 60, "answers from the coordinator")
+                timed_out = counts().get("_TIMED_OUT", 0)
+                (cluster.kill_node if restart % 2 else cluster.stop_node)(1)
+                wait_until(lambda: counts().get("_TIMED_OUT", 0) > timed_out, 30, "requests timing out")
+                cluster.restart_node(1)
+                wait_until(lambda: counts().get("answered", 0) > answered or job.poll() is not None, 60,
+                           "answers after the restart")
+                assert job.poll() is None, f"the asking process died (exit {job.returncode}) after restart {restart}"
+        finally:
+            job.communicate(timeout=30)
+    assert job.returncode == 0
 
 
 def test_a_running_query_rides_through_a_restart_of_the_only_broker_exactly_once(spark, tmp_path):

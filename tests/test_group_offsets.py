@@ -99,7 +99,6 @@ def test_backoff_is_exponential_jittered_and_bounded():
     assert len(set(values)) == len(values)
 
 
-
 def test_retries_take_the_retriable_codes_and_those_a_caller_adds_and_nothing_else():
     from confluent_kafka import KafkaError, KafkaException
 
@@ -122,6 +121,28 @@ def test_retries_take_the_retriable_codes_and_those_a_caller_adds_and_nothing_el
         with_retries(failing(KafkaError._NOENT), "asking", backoff=quick)
     with pytest.raises(KafkaException, match="_TRANSPORT"):
         with_retries(failing(*[KafkaError._TRANSPORT] * 1000), "asking", timeout_s=0.05, backoff=quick)
+
+
+def test_a_coordinators_answer_is_awaited_here_while_librdkafka_keeps_its_request_open():
+    from concurrent.futures import Future
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from pyspark_eos.kafka.group_offsets import coordinator_answer
+
+    asked = []
+
+    def request(timeout_s):
+        asked.append(timeout_s)
+        return {"g": Future()}  # never answered
+
+    with pytest.raises(KafkaException) as raised:
+        coordinator_answer(request, "g", 0.05)
+    assert raised.value.args[0].code() == KafkaError._TIMED_OUT and "group 'g'" in raised.value.args[0].str()
+    assert asked[0] >= 600  # librdkafka's own timeout never comes first
+    answered = Future()
+    answered.set_result("description")
+    assert coordinator_answer(lambda timeout_s: {"g": answered}, "g", 0.05) == "description"
 
 
 @pytest.mark.compat

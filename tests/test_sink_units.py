@@ -377,6 +377,26 @@ def test_a_producers_outages_count_only_all_its_brokers_down():
     assert outages.seen
 
 
+def test_a_workers_admin_client_that_lost_all_its_brokers_is_replaced_and_one_that_did_not_is_kept():
+    from pyspark_eos.kafka.held_clients import Held
+    from pyspark_eos.kafka.options import ClientSettings
+    from pyspark_eos.sink.producer_pool import ADMIN, BrokerOutages, admin_for
+    from pyspark_eos.testing.embedded_kafka import free_ports
+
+    from .kafka_tools import wait_until
+
+    held = Held(ClientSettings.of(f"127.0.0.1:{free_ports(1)[0]}", {}, 60000))  # nothing listens there
+    first = admin_for(held)
+    outages = held.clients[ADMIN].outages
+    wait_until(lambda: first.poll(0.1) >= 0 and outages.seen, 30, "librdkafka reporting all brokers down")
+    second = admin_for(held)
+    assert second is not first
+    held.clients[ADMIN].outages = BrokerOutages()  # one that saw no outage
+    assert admin_for(held) is second
+    assert admin_for(held, renew=True) is not second
+    held.close()
+
+
 class _RefusedClaim:
     """An attempt's claim whose fence decision refuses it (a newer attempt claimed the input)."""
 

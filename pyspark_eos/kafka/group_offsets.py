@@ -12,6 +12,7 @@ which lets the back-off be bounded, jittered and logged here.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import random
 import time
@@ -35,6 +36,27 @@ COORDINATOR_MOVED_CODES = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COOR
 # this long is gone, and the read asks again (with a new client) while its deadline allows.
 STABLE_READ_REQUEST_TIMEOUT_S = 5.0
 NO_COMMITTED_OFFSET = None
+# How long librdkafka itself may take over a request to a group's coordinator; see coordinator_answer.
+_LIBRDKAFKA_COORDINATOR_TIMEOUT_S = 600.0
+
+
+def coordinator_answer(request: Callable[[float], dict], group: str, timeout_s: float):
+    """The answer for ``group`` of an AdminClient request to its coordinator, ``request(timeout)``,
+    awaited ``timeout_s``; past it, a KafkaException _TIMED_OUT as librdkafka's own would be.
+
+    librdkafka (2.16) aborts the whole process (``rdkafka_queue.h: rd_kafka_enq_once_del_source_return:
+    Assertion `eonce->refcnt > 0' failed``) when such a request times out inside librdkafka while
+    the coordinator's broker stops or comes back, and the client then stopped answering coordinator
+    requests at all. Both were seen within a few restarts of a lone broker while requests timed
+    out in librdkafka, and neither with librdkafka's timeout far away and the wait bounded here. A
+    request left behind ends when the broker answers or the client is closed.
+    """
+    future = request(_LIBRDKAFKA_COORDINATOR_TIMEOUT_S)[group]
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer from the coordinator of group {group!r} "
+                                        f"in {timeout_s:.0f} s")) from None
 
 
 @dataclass(frozen=True)
@@ -73,8 +95,9 @@ def fetch_committed_once(admin, group: str, partitions: list[TopicPartitionKey],
         return not_ready
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])]
     try:
-        result = admin.list_consumer_group_offsets(request, require_stable=True,
-                                                   request_timeout=request_timeout)[group].result()
+        result = coordinator_answer(
+            lambda timeout: admin.list_consumer_group_offsets(request, require_stable=True, request_timeout=timeout),
+            group, request_timeout)
     except KafkaException as error:
         if is_retriable(error):
             # e.g. COORDINATOR_LOAD_IN_PROGRESS while a new or moved __consumer_offsets partition loads
@@ -111,7 +134,7 @@ def _coordinator_not_ready(admin, group: str, request_timeout: float) -> FetchAt
     first; its retriable errors are backed off like an unstable offset.
     """
     try:
-        admin.describe_consumer_groups([group], request_timeout=request_timeout)[group].result()
+        describe_group(admin, group, request_timeout)
     except KafkaException as error:
         if is_retriable(error):
             return _not_ready(error)
@@ -125,11 +148,16 @@ def _coordinator_not_ready(admin, group: str, request_timeout: float) -> FetchAt
 def group_coordinator(admin, group: str, request_timeout: float) -> int | None:
     """The broker id of ``group``'s coordinator now, or None when the cluster does not say."""
     try:
-        return admin.describe_consumer_groups([group], request_timeout=request_timeout)[group] \
-            .result().coordinator.id
+        return describe_group(admin, group, request_timeout).coordinator.id
     except KafkaException as error:
         log.info("group %r: its coordinator is not known now (%s)", group, error)
         return None
+
+
+def describe_group(admin, group: str, timeout_s: float):
+    """``group``'s ConsumerGroupDescription (see coordinator_answer)."""
+    return coordinator_answer(lambda timeout: admin.describe_consumer_groups([group], request_timeout=timeout),
+                              group, timeout_s)
 
 
 def fetch_stable_committed_offsets(admin, group: str, partitions: list[TopicPartitionKey],

@@ -5,7 +5,8 @@ held with the worker's other clients (worker_resources).
 A producer that hit a fatal error (fenced, or its transaction timed out by the broker) is dropped
 and rebuilt with the same transactional id: its ``init_transactions`` bumps the epoch and takes
 over. So is one whose consumer group's coordinator moved since its last task (see
-``_coordinator_moved``), and one that lost all its brokers since it was made (``BrokerOutages``).
+``_coordinator_moved``), and one that lost all its brokers since it was made (``BrokerOutages``),
+as is the AdminClient.
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ COORDINATOR_LOOKUP_TIMEOUT_S = 5.0
 
 
 class BrokerOutages:
-    """A producer's error_cb: whether librdkafka has reported all its brokers down since it was
-    made. Such a producer is not reused: after a lone broker's restart (even a clean one), a
+    """A client's error_cb: whether librdkafka has reported all its brokers down since it was
+    made. Such a client is not reused: after a lone broker's restart (even a clean one), a
     producer that lived through it hung in send_offsets_to_transaction until the call's deadline,
-    while a producer made after the restart committed at once."""
+    and an AdminClient's requests to the group's coordinator went unanswered, while clients made
+    after the restart were answered at once."""
 
     def __init__(self):
         self.seen = False
@@ -106,11 +108,14 @@ def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
 
 
 def _brokers_lost(cached: WorkerProducer) -> bool:
-    cached.producer.poll(0)  # librdkafka reports errors to error_cb only inside poll() or flush()
-    lost = cached.outages is not None and cached.outages.seen
+    return _lost_all_brokers(cached.producer, cached.outages, f"producer {cached.transactional_id}")
+
+
+def _lost_all_brokers(client, outages: BrokerOutages | None, what: str) -> bool:
+    client.poll(0)  # librdkafka reports errors to error_cb only inside poll() or flush()
+    lost = outages is not None and outages.seen
     if lost:
-        log.warning("producer %s lost all its brokers since it was made; replacing the producer",
-                    cached.transactional_id)
+        log.warning("%s lost all its brokers since it was made; replacing it", what)
     return lost
 
 
@@ -145,12 +150,30 @@ def _new_producer(held: Held, transactional_id: str, outages: BrokerOutages) -> 
     return producer
 
 
+@dataclass
+class _WorkerAdmin:
+    admin: AdminClient
+    outages: BrokerOutages
+
+    def close(self) -> None:
+        close_client(self.admin)
+
+
+ADMIN = "admin"
+
+
 def admin_for(held: Held, renew: bool = False) -> AdminClient:
     """This worker's AdminClient for the sink's stable reads of the group's offsets; ``renew``
     replaces it (see group_offsets.fetch_stable_commits)."""
-    if renew:
-        held.drop("admin")
-    return held.client("admin", lambda: AdminClient(held.settings.config()))
+    cached = held.clients.get(ADMIN)
+    if cached is not None and (renew or _lost_all_brokers(cached.admin, cached.outages, "this worker's AdminClient")):
+        held.drop(ADMIN)
+    return held.client(ADMIN, lambda: _new_admin(held.settings.config())).admin
+
+
+def _new_admin(config: dict) -> _WorkerAdmin:
+    outages = BrokerOutages()
+    return _WorkerAdmin(AdminClient({**config, "error_cb": outages}), outages)
 
 
 def discard(held: Held) -> None:

@@ -20,6 +20,8 @@ from typing import Iterable
 
 from confluent_kafka import Consumer
 
+from ..kafka.group_offsets import describe_group
+
 log = logging.getLogger(__name__)
 
 _DESCRIBE_TIMEOUT_S = 15.0
@@ -60,8 +62,7 @@ def _describe(admin, group_id: str):
     """The group's description, or None when it cannot be had (both uses are shortcuts: without
     them planning or the join waits, as it would anyway)."""
     try:
-        return admin.describe_consumer_groups([group_id], request_timeout=_DESCRIBE_TIMEOUT_S)[group_id] \
-            .result(_DESCRIBE_TIMEOUT_S)
+        return describe_group(admin, group_id, _DESCRIBE_TIMEOUT_S)
     except Exception as error:  # noqa: BLE001 - see above
         log.info("describing consumer group %r failed (%s)", group_id, error)
         return None
