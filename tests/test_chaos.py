@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from devtools.chaos.faults import KINDS, Schedule
+from devtools.chaos.faults import KINDS, NETWORK_KINDS, NETWORK_SCOPES, Schedule
 from devtools.chaos.query import death_cause
 from devtools.chaos.verifiers import FinalCheck, _check_one
 from pyspark_eos.testing.output_check import Record
@@ -87,6 +87,22 @@ def test_a_three_minute_chaos_smoke_passes_every_verifier(tmp_path):
     assert all(verifier["ok"] for verifier in report["verifiers"].values())
     assert report["verifiers"]["concurrent_consumer"]["records_seen"] == report["records_in"]
 
+
+@pytest.mark.release
+def test_a_chaos_smoke_of_the_network_kinds_passes_every_verifier(tmp_path):
+    """The network kinds alone, each fired once (a schedule's first round), through the proxies of
+    the cluster."""
+    kinds = sorted(NETWORK_KINDS)
+    command = [sys.executable, "-m", "devtools.chaos", "--seed", str(SMOKE_SEED), "--faults", str(len(kinds)),
+               "--minutes", "8", "--kinds", ",".join(kinds), "--no-plot", "--results", str(tmp_path),
+               "--work-dir", str(tmp_path / "work")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    report = json.loads((tmp_path / f"chaos-{SMOKE_SEED}.json").read_text())
+    assert report["verdict"] == "passed", run.stdout
+    assert set(report["per_kind"]) == set(kinds) and report["faults_survived"] == report["faults_fired"]
+    assert all(fault["details"]["scope"] in NETWORK_SCOPES for fault in report["faults"])
+    assert report["records_out"] == report["records_in"] > 1000
 
 
 def test_open_transactions_are_read_from_kafkas_transactions_tool(kafka):

@@ -28,7 +28,7 @@ from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topi
 
 from ..processes import WorkerSampler
 from . import report
-from .faults import KINDS, Schedule
+from .faults import KINDS, NETWORK_KINDS, Schedule
 from .input_writer import InputWriter
 from .query import QueryInstance, QuerySpec, death_cause
 from .verifiers import OutputWatcher, committed_total, final_check, input_end_total, offsets_lag, open_transactions
@@ -100,7 +100,10 @@ class Rig:
         self.group = f"chaos-{self.seed}"
         self.transactional_id_prefix = f"chaos-{self.seed}-out"
         self.output = "chaos-out"
-        self.spec = QuerySpec(self.cluster.bootstrap_servers, tuple(self.topics), self.output, self.group,
+        # The query's clients go through the proxies of a proxied cluster; the campaign's own do not.
+        cluster = self.cluster
+        query_bootstrap = cluster.proxied_bootstrap_servers if cluster.proxied else cluster.bootstrap_servers
+        self.spec = QuerySpec(query_bootstrap, tuple(self.topics), self.output, self.group,
                               self.transactional_id_prefix, self.transaction_timeout_ms)
 
     def _start(self, starting_offsets: str) -> QueryInstance:
@@ -139,7 +142,8 @@ class Campaign:
         log.info("chaos campaign: seed %d, up to %d faults or %.0f minutes, kinds %s; replay with "
                  "CHAOS_SEED=%d", settings.seed, settings.faults, settings.minutes, ", ".join(settings.kinds),
                  settings.seed)
-        with EmbeddedKafkaCluster(nodes=3, directory=settings.work_dir / "kafka") as cluster:
+        proxied = bool(NETWORK_KINDS & set(settings.kinds))
+        with EmbeddedKafkaCluster(nodes=3, directory=settings.work_dir / "kafka", proxied=proxied) as cluster:
             rig = Rig(cluster, settings.work_dir, settings.seed)
             for topic, partitions in INPUT_TOPICS.items():
                 create_topic(cluster.bootstrap_servers, topic, partitions, replication=3)
@@ -183,7 +187,9 @@ class Campaign:
             except KafkaException:
                 baseline = tracker.latest() + 1
             waited = self._wait_recovered(rig, tracker, baseline, kind)
-            # from the fault's start: a driver restart or a broker's downtime is part of the recovery
+            # from the fault's start: a driver restart or a broker's downtime is part of the recovery;
+            # after_s is what follows the fault's own time (took_s): the query's and eos-kafka's part
+            fault["after_s"] = waited
             fault["recovered_s"] = None if waited is None else round(waited + fault["took_s"], 1)
             log.info("fault %d/%d at %.0f s: %s %s -> %s", schedule.fired, self.settings.faults, fault["at_s"], kind,
                      fault["details"], f"recovered in {fault['recovered_s']} s" if fault["recovered_s"] is not None

@@ -7,17 +7,19 @@ seed replays the same choices; when a task reaches an armed point depends on tim
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import signal
 import time
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 from confluent_kafka.admin import NewPartitions
 
 from pyspark_eos.testing import fault_injection as points
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.tcp_proxy import ClientProcesses, TcpProxy
 
 from ..processes import executor_jvms
 from .query import QueryInstance
@@ -37,7 +39,7 @@ MAX_PARTITIONS_PER_TOPIC = 8
 class Rig(Protocol):
     """What a fault acts on (campaign.Rig)."""
 
-    cluster: EmbeddedKafkaCluster
+    cluster: EmbeddedKafkaCluster  # proxied when network kinds are fired
     fault_dir: str
     query: QueryInstance
     topics: list[str]
@@ -167,6 +169,101 @@ def second_instance(rig: Rig, rng: random.Random) -> dict:
     return {"first_stopped": fenced}
 
 
+# Where a network fault applies: the query's clients go through a proxy per broker (the campaign's
+# cluster is proxied when a network kind is fired), the verifiers and the input writer do not.
+NETWORK_SCOPES = ("all clients", "one executor", "one broker")
+
+
+@contextlib.contextmanager
+def _network_fault(rig: Rig, rng: random.Random, details: dict) -> Iterator[list[TcpProxy]]:
+    """The proxies a network fault acts on, narrowed to its drawn scope (into ``details``); every
+    fault is cleared on the way out."""
+    proxies, clients = rig.cluster.proxies, None
+    chosen = sorted(proxies)
+    details["scope"] = rng.choice(NETWORK_SCOPES)
+    if details["scope"] == "one broker":
+        chosen = [rng.choice(chosen)]
+        details["node"] = chosen[0]
+    elif details["scope"] == "one executor":
+        executors = sorted(executor_jvms(rig.query.pid))
+        if executors:
+            victim = rng.choice(executors)
+            # its work directory holds its Python workers too, which a fork server may have started
+            clients = ClientProcesses.working_in(os.readlink(f"/proc/{victim}/cwd"))
+            details["executor_pid"] = victim
+        else:
+            details["scope"] = "all clients"
+    try:
+        for node in chosen:
+            proxies[node].only(clients)
+        yield [proxies[node] for node in chosen]
+    finally:
+        for proxy in proxies.values():
+            proxy.clear()
+
+
+def _held(rng: random.Random, low_s: float, high_s: float, details: dict) -> None:
+    details["for_s"] = round(rng.uniform(low_s, high_s), 1)
+    time.sleep(details["for_s"])  # the fault's duration, drawn by the schedule
+
+
+def network_latency(rig: Rig, rng: random.Random) -> dict:
+    """Latency added to every chunk each way (100-1000 ms) for 5-20 s."""
+    details = {"latency_ms": round(rng.uniform(100, 1000))}
+    with _network_fault(rig, rng, details) as proxies:
+        for proxy in proxies:
+            proxy.latency(details["latency_ms"], details["latency_ms"])
+        _held(rng, 5.0, 20.0, details)
+    return details
+
+
+def network_slow(rig: Rig, rng: random.Random) -> dict:
+    """Each direction limited to 20-200 KB/s for 5-20 s."""
+    details = {"bytes_per_s": round(rng.uniform(20_000, 200_000))}
+    with _network_fault(rig, rng, details) as proxies:
+        for proxy in proxies:
+            proxy.bandwidth(details["bytes_per_s"])
+        _held(rng, 5.0, 20.0, details)
+    return details
+
+
+def network_partition(rig: Rig, rng: random.Random) -> dict:
+    """Nothing forwarded, connections kept, for 3-15 s (below the transaction timeout); then
+    healed, delivering what was held, or resetting the connections."""
+    details = {"heal": rng.choice(("deliver", "reset"))}
+    with _network_fault(rig, rng, details) as proxies:
+        for proxy in proxies:
+            proxy.partition()
+        _held(rng, 3.0, 15.0, details)
+        for proxy in proxies:
+            proxy.heal(reset=details["heal"] == "reset")
+    return details
+
+
+def connection_resets(rig: Rig, rng: random.Random) -> dict:
+    """The open connections reset every second for 1-10 s, as a flapping firewall does."""
+    details = {"resets": 0}
+    with _network_fault(rig, rng, details) as proxies:
+        until = time.monotonic() + rng.uniform(1.0, 10.0)
+        started = time.monotonic()
+        while time.monotonic() < until:
+            details["resets"] += sum(proxy.reset() for proxy in proxies)
+            time.sleep(1.0)
+        details["for_s"] = round(time.monotonic() - started, 1)
+    return details
+
+
+def connections_refused(rig: Rig, rng: random.Random) -> dict:
+    """New connections refused and the open ones reset, for 2-10 s: a broker's host unreachable."""
+    details = {}
+    with _network_fault(rig, rng, details) as proxies:
+        for proxy in proxies:
+            proxy.refuse()
+            proxy.reset()
+        _held(rng, 2.0, 10.0, details)
+    return details
+
+
 KINDS: dict[str, Callable[[Rig, random.Random], dict]] = {
     "worker-kill": worker_kill,
     "executor-kill": executor_kill,
@@ -177,10 +274,18 @@ KINDS: dict[str, Callable[[Rig, random.Random], dict]] = {
     "transaction-timeout": transaction_timeout,
     "partitions-added": partitions_added,
     "second-instance": second_instance,
+    "network-latency": network_latency,
+    "network-slow": network_slow,
+    "network-partition": network_partition,
+    "connection-resets": connection_resets,
+    "connections-refused": connections_refused,
 }
+NETWORK_KINDS = frozenset(kind for kind in KINDS if kind.startswith(("network-", "connection")))
 # Kinds that restart the query are slow (a new Spark application): fired less often.
 WEIGHTS = {"worker-kill": 4, "executor-kill": 2, "executor-stall": 2, "driver-kill": 1, "checkpoint-lost": 1,
-           "broker-bounce": 3, "transaction-timeout": 1, "partitions-added": 1, "second-instance": 1}
+           "broker-bounce": 3, "transaction-timeout": 1, "partitions-added": 1, "second-instance": 1,
+           "network-latency": 2, "network-slow": 1, "network-partition": 2, "connection-resets": 2,
+           "connections-refused": 2}
 
 
 class Schedule:

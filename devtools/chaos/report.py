@@ -52,10 +52,14 @@ def _per_kind(faults: list[dict]) -> dict[str, dict]:
     summary = {}
     for kind, fired in sorted(kinds.items()):
         times = [f["recovered_s"] for f in fired if f["recovered_s"] is not None]
+        after = [f["after_s"] for f in fired if f.get("after_s") is not None]
         summary[kind] = {"fired": len(fired), "survived": len(times),
                          "not_reached": sum(1 for f in fired if f["details"].get("reached") is False),
                          "recovery_s_median": round(statistics.median(times), 2) if times else None,
-                         "recovery_s_max": max(times, default=None)}
+                         "recovery_s_max": max(times, default=None),
+                         "fault_s_median": round(statistics.median(f["took_s"] for f in fired), 2),
+                         "after_fault_s_median": round(statistics.median(after), 2) if after else None,
+                         "after_fault_s_max": max(after, default=None)}
     return summary
 
 
@@ -75,7 +79,9 @@ def summary(result: dict) -> str:
              f"{result['records_in']}, out {result['records_out']}, duplicates {result['duplicates']}, "
              f"missing {result['missing']}"]
     lines += [f"  {kind:<20} fired {k['fired']:>3}  survived {k['survived']:>3}  not reached {k['not_reached']:>2}  "
-              f"recovery median {k['recovery_s_median']} s, max {k['recovery_s_max']} s"
+              f"recovery median {k['recovery_s_median']} s, max {k['recovery_s_max']} s (the fault itself "
+              f"{k.get('fault_s_median')} s, after it {k.get('after_fault_s_median')} s, "
+              f"max {k.get('after_fault_s_max')} s)"
               for kind, k in result["per_kind"].items()]
     for name, verifier in result["verifiers"].items():
         problems = verifier.get("problems") or [verifier.get("first_duplicate")] if not verifier["ok"] else []
@@ -108,7 +114,7 @@ def _plot(result: dict, path: Path) -> Path | None:
     times = [t for t, _ in progress[window:]]
     rates = [(b - a) / max(tb - ta, 0.1) for (ta, a), (tb, b) in zip(progress, progress[window:])]
     rate_axis.plot(times, rates, linewidth=0.8, color="tab:blue")
-    colors = dict(zip(result["per_kind"], matplotlib.colormaps["tab10"].colors))
+    colors = dict(zip(result["per_kind"], matplotlib.colormaps["tab20"].colors))
     for fault in result["faults"]:
         end = fault["at_s"] + (fault["recovered_s"] or 0)
         rate_axis.axvspan(fault["at_s"], end, alpha=0.25, color=colors[fault["kind"]], linewidth=0)

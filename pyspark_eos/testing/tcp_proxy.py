@@ -96,23 +96,32 @@ def ancestors(pid: int) -> list[int]:
 
 def client_pid(client_port: int, server_port: int) -> int | None:
     """The process holding the loopback TCP socket from ``client_port`` to ``server_port``."""
-    wanted = f"0100007F:{client_port:04X} 0100007F:{server_port:04X}"
+    return client_pids([client_port], server_port).get(client_port)
+
+
+def client_pids(client_ports: list[int], server_port: int) -> dict[int, int]:
+    """The processes holding the loopback TCP sockets from ``client_ports`` to ``server_port``, by
+    port, found in one pass over /proc (a pass takes tens of milliseconds on a busy host)."""
+    wanted = {f"0100007F:{port:04X} 0100007F:{server_port:04X}": port for port in client_ports}
     try:
         lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
     except OSError:
-        return None
-    inodes = {f"socket:[{fields[9]}]" for fields in map(str.split, lines) if " ".join(fields[1:3]) == wanted}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and inodes and _holds(entry, inodes):
-            return int(entry.name)
-    return None
+        return {}
+    ports = {f"socket:[{fields[9]}]": wanted[" ".join(fields[1:3])]
+             for fields in map(str.split, lines) if " ".join(fields[1:3]) in wanted}
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir() if ports else ():
+        if entry.name.isdigit():
+            for port in _held_ports(entry, ports):
+                found[port] = int(entry.name)
+    return found
 
 
-def _holds(process: Path, sockets: set[str]) -> bool:
+def _held_ports(process: Path, sockets: dict[str, int]) -> list[int]:
     try:
-        return any(os.readlink(fd) in sockets for fd in (process / "fd").iterdir())
+        return [sockets[link] for link in (os.readlink(fd) for fd in (process / "fd").iterdir()) if link in sockets]
     except OSError:  # gone, or not ours to read
-        return False
+        return []
 
 
 class _Connection:
@@ -250,9 +259,11 @@ class TcpProxy:
 
     def only(self, clients: ClientProcesses | None) -> None:
         """The faults apply to these clients' connections only (None: to every connection)."""
-        for connection in list(self._connections):
-            if connection.pid is None:
-                connection.pid = client_pid(connection.peer_port, self._port)
+        unknown = [connection for connection in list(self._connections) if connection.pid is None]
+        if clients is not None and unknown:
+            pids = client_pids([connection.peer_port for connection in unknown], self._port)
+            for connection in unknown:
+                connection.pid = pids.get(connection.peer_port)
         self.clients = clients
 
     def affected(self) -> int:
