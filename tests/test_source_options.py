@@ -28,8 +28,12 @@ def test_keys_are_case_insensitive_and_kafka_params_pass_through():
                                    "kafka.client.id": "me", "MaxOffsetsPerTrigger": "7"}, streaming=True)
     assert options.bootstrap_servers == "h:1"
     assert options.subscription.topics == ("a", "b")
-    assert options.kafka == {"client.id": "me"}
+    assert options.kafka == {"client.id": "me", "reconnect.backoff.max.ms": "1000"}  # the Java client's default
     assert options.max_offsets_per_trigger == 7
+    for given, expected in (({"reconnect.backoff.max.ms": "5000"}, "5000"), ({"reconnect.backoff.ms": "3000"}, "3000")):
+        kafka = {f"kafka.{key}": value for key, value in given.items()}
+        parsed = SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "a", **kafka}, streaming=True)
+        assert parsed.kafka["reconnect.backoff.max.ms"] == expected  # never below librdkafka's minimum
 
 
 def test_the_poll_timeout_takes_spark_connectors_option_and_reaches_the_read_tasks():

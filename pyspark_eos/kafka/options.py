@@ -77,11 +77,26 @@ def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]
 
 # ------------------------------------------------------------------------------- kafka.* params
 
+# librdkafka backs a broker's reconnects off up to 10 s: after a connection refused or reset for a
+# few seconds, a task's client waited that long to try again, where the Java client (Spark's
+# connector's) waits at most 1 s. A kafka.* option of the same name wins.
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
 def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients; a callback
-    setting (``kafka.oauth_cb``) names a Python callable as module:function (kafka.callbacks)."""
-    return with_callbacks({key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items()
-                           if key.startswith(KAFKA_PREFIX)})
+    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients, with the
+    Java client's ``reconnect.backoff.max.ms`` unless given; a callback setting
+    (``kafka.oauth_cb``) names a Python callable as module:function (kafka.callbacks)."""
+    params = {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
+    return with_callbacks({"reconnect.backoff.max.ms": str(_reconnect_backoff_max_ms(params)), **params})
+
+
+def _reconnect_backoff_max_ms(params: Mapping[str, str]) -> int:
+    # librdkafka refuses a maximum below reconnect.backoff.ms; a malformed one is left to its check
+    try:
+        return max(RECONNECT_BACKOFF_MAX_MS, int(params.get("reconnect.backoff.ms", 0)))
+    except ValueError:
+        return RECONNECT_BACKOFF_MAX_MS
 
 
 def check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
