@@ -27,7 +27,7 @@ from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topi
 from pyspark_eos.testing.local_spark import executor_ids, executor_work_directory
 from pyspark_eos.testing.tcp_proxy import ClientProcesses
 
-from .kafka_tools import read_committed, unique_name
+from .kafka_tools import read_committed, unique_name, wait_until
 from .spark_tools import Pipeline
 
 BOUND_S = 3
@@ -267,8 +267,9 @@ def test_a_partition_of_one_executor_shorter_than_the_transaction_timeout_is_rid
     pipeline = Pipeline(proxied, tmp_path, rounds=3)
     with pipeline.riding_through(spark_cluster, proxied.proxied_bootstrap_servers):
         executor = sorted(executor_ids(spark_cluster))[0]
-        proxy.only(ClientProcesses.working_in(executor_work_directory(spark_cluster, executor)))
-        assert proxy.affected() >= 1, "the executor's workers have no connection to cut"
+        clients = ClientProcesses.working_in(executor_work_directory(spark_cluster, executor))
+        # on a busy machine the executor's workers may not have run a task (and connected) yet
+        wait_until(lambda: proxy.only(clients) or proxy.affected() >= 1, 60, "a connection of the executor's workers")
         proxy.partition()
         pipeline.add_input(3, 3)
         time.sleep(PARTITION_S)  # the fault's length, not a wait for a condition
