@@ -185,26 +185,37 @@ def _network_fault(rig: Rig, rng: random.Random, details: dict) -> Iterator[list
         chosen = [rng.choice(chosen)]
         details["node"] = chosen[0]
     elif details["scope"] == "one executor":
-        executors = sorted(executor_jvms(rig.query.pid))
-        if executors:
-            victim = rng.choice(executors)
-            # its work directory holds its Python workers too, which a fork server may have started
-            clients = ClientProcesses.working_in(os.readlink(f"/proc/{victim}/cwd"))
-            details["executor_pid"] = victim
-        else:
+        clients = _one_executors_clients(rig, rng, details)
+        if clients is None:
             details["scope"] = "all clients"
     try:
         for node in chosen:
             proxies[node].only(clients)
+        details["connections"] = sum(proxies[node].affected() for node in chosen)
         yield [proxies[node] for node in chosen]
     finally:
         for proxy in proxies.values():
             proxy.clear()
 
 
+def _one_executors_clients(rig: Rig, rng: random.Random, details: dict) -> ClientProcesses | None:
+    """An executor's clients: those working in its directory, which holds its Python workers too
+    (a fork server may have started them); None when no executor is there (one just killed)."""
+    executors = sorted(executor_jvms(rig.query.pid))
+    if not executors:
+        return None
+    victim = rng.choice(executors)
+    try:
+        directory = os.readlink(f"/proc/{victim}/cwd")
+    except OSError:  # it died since it was listed
+        return None
+    details["executor_pid"] = victim
+    return ClientProcesses.working_in(directory)
+
+
 def _held(rng: random.Random, low_s: float, high_s: float, details: dict) -> None:
     details["for_s"] = round(rng.uniform(low_s, high_s), 1)
-    time.sleep(details["for_s"])  # the fault's duration, drawn by the schedule
+    time.sleep(details["for_s"])  # the schedule draws how long the fault lasts, for the seed to replay it
 
 
 def network_latency(rig: Rig, rng: random.Random) -> dict:

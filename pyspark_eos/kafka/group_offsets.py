@@ -49,14 +49,15 @@ def coordinator_answer(request: Callable[[float], dict], group: str, timeout_s: 
     the coordinator's broker stops or comes back, and the client then stopped answering coordinator
     requests at all. Both were seen within a few restarts of a lone broker while requests timed
     out in librdkafka, and neither with librdkafka's timeout far away and the wait bounded here. A
-    request left behind ends when the broker answers or the client is closed.
+    request left behind ends when the broker answers or the client is closed (callers renew a
+    client whose request went unanswered), at the latest at librdkafka's timeout.
     """
     future = request(_LIBRDKAFKA_COORDINATOR_TIMEOUT_S)[group]
     try:
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer from the coordinator of group {group!r} "
-                                        f"in {timeout_s:.0f} s")) from None
+                                        f"in {timeout_s:g} s")) from None
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,12 @@ def _new_worker_producer(held: Held, lease: SlotLease, coordinator: int | None) 
 def _group_coordinator(held: Held, group_id: str | None) -> int | None:
     if group_id is None:
         return None
-    return group_coordinator(admin_for(held), group_id, COORDINATOR_LOOKUP_TIMEOUT_S)
+    coordinator = group_coordinator(admin_for(held), group_id, COORDINATOR_LOOKUP_TIMEOUT_S)
+    if coordinator is None:
+        # Its unanswered request stays open in librdkafka (group_offsets.coordinator_answer): the
+        # next task asks with a new client, as a stable read does, instead of piling requests up.
+        held.drop(ADMIN)
+    return coordinator
 
 
 def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:

@@ -113,7 +113,7 @@ def client_pids(client_ports: list[int], server_port: int) -> dict[int, int]:
     for entry in Path("/proc").iterdir() if ports else ():
         if entry.name.isdigit():
             for port in _held_ports(entry, ports):
-                found[port] = int(entry.name)
+                found.setdefault(port, int(entry.name))  # a forked child shares it: the first found
     return found
 
 
