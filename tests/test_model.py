@@ -45,6 +45,7 @@ def _report() -> dict:
     done = subprocess.run([sys.executable, str(CHECK_SCRIPT), "--json", "--pan-cache", str(PAN_CACHE)], cwd=CHECKOUT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), f"check.py failed to run (exit {done.returncode}):\n{done.stderr}"
+    assert done.stdout.startswith("{"), f"check.py printed no report (exit {done.returncode}):\n{done.stderr}"
     return json.loads(done.stdout)
 
 

@@ -21,6 +21,7 @@ Usage: python3 docs/model/check.py [--json] [--only TEXT] [--jobs N] [--full] [-
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
@@ -206,6 +207,20 @@ def compile_pan(gcc: str, flags: list[str], work: Path, cache: Path | None) -> N
     shutil.copy2(kept, work / "pan")
 
 
+def run_pan(work: Path, attempts: int = 100) -> subprocess.CompletedProcess:
+    # Checks run in threads: a child another thread forks holds the descriptor this thread wrote
+    # pan through until that child execs, and exec refuses a file open for writing (ETXTBSY).
+    while True:
+        try:
+            return subprocess.run(["./pan", f"-m{SEARCH_DEPTH}", "-n", "-c1"], cwd=work, capture_output=True,
+                                  text=True)
+        except OSError as error:
+            attempts -= 1
+            if error.errno != errno.ETXTBSY or attempts == 0:
+                raise
+            time.sleep(0.05)
+
+
 def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int = MEMORY_LIMIT_MB,
           pan_cache: Path | None = None) -> Result:
     result = Result(config.name, list(config.defines), config.expect, config.shows)
@@ -218,7 +233,7 @@ def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int 
         run([spin, "-a", *defines, MODEL.name], work, "spin -a")
         # -w: spin's generated C draws compiler warnings that say nothing about the model.
         compile_pan(gcc, [*config.cflags, f"-DMEMLIM={memory_limit_mb}"], work, pan_cache)
-        pan = subprocess.run(["./pan", f"-m{SEARCH_DEPTH}", "-n", "-c1"], cwd=work, capture_output=True, text=True)
+        pan = run_pan(work)
         parse_pan(pan.stdout + pan.stderr, result)
         if result.errors and (work / f"{MODEL.name}.trail").exists():
             parse_replay(run([spin, "-t", "-T", *defines, MODEL.name], work, "spin -t"), result)
