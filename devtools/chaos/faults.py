@@ -255,8 +255,8 @@ def connection_resets(rig: Rig, rng: random.Random) -> dict:
     """The open connections reset every second for 1-10 s, as a flapping firewall does."""
     details = {"resets": 0}
     with _network_fault(rig, rng, details) as proxies:
-        until = time.monotonic() + rng.uniform(1.0, 10.0)
         started = time.monotonic()
+        until = started + rng.uniform(1.0, 10.0)
         while time.monotonic() < until:
             details["resets"] += sum(proxy.reset() for proxy in proxies)
             time.sleep(1.0)

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from ..errors import KafkaClientError
 from ..kafka.backoff import with_retries
 from ..kafka.cluster import reachable_admin
-from ..kafka.group_offsets import fetch_committed_once
+from ..kafka.group_offsets import describe_group as describe_group_once, fetch_committed_once
 from ..protocol.commit_metadata import stored_metadata
 from . import coordinator_records as records
 
@@ -139,8 +139,8 @@ def describe_group(admin: AdminClient, group: str, access: ClusterAccess):
     try:
         # Retried: a group's coordinator answers NOT_COORDINATOR while it loads (a new group, a broker
         # that just started or took the coordinator over).
-        return with_retries(lambda: admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group]
-                            .result(), f"describing consumer group {group!r}", timeout_s=REQUEST_TIMEOUT_S)
+        return with_retries(lambda: describe_group_once(admin, group, REQUEST_TIMEOUT_S),
+                            f"describing consumer group {group!r}", timeout_s=REQUEST_TIMEOUT_S)
     except KafkaException as error:
         raise KafkaClientError(
             f"describing consumer group {group!r} at {access.bootstrap_servers} failed: {error.args[0]}; check "
