@@ -41,6 +41,7 @@ def main(bootstrap: str, counts_file: Path, librdkafka_timeout_s: str | None = N
             except KafkaException as error:
                 counts[error.args[0].name()] += 1
                 done.wait(0.05)  # a refused connection fails at once
+        held.close()  # while the interpreter lives: a client destroyed at its shutdown crashed it (SIGSEGV)
 
     threads = [threading.Thread(target=ask, args=(f"asked-{i}",), daemon=True) for i in range(THREADS)]
     for thread in threads:
@@ -49,7 +50,8 @@ def main(bootstrap: str, counts_file: Path, librdkafka_timeout_s: str | None = N
     writer.start()
     sys.stdin.read()
     done.set()
-    writer.join()
+    for thread in (*threads, writer):
+        thread.join()
 
 
 def _keep_writing(counts: Counter, counts_file: Path, done: threading.Event) -> None:
