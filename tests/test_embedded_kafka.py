@@ -1,15 +1,17 @@
 """The embedded broker is a real Kafka: transactions, read_committed and stable offset fetches."""
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, free_ports
 from pyspark_eos.testing.output_check import settled_stable_offsets
 from pyspark_eos.errors import EmbeddedKafkaError
 
@@ -184,3 +186,12 @@ def test_a_command_dying_with_its_parent_starts_while_other_threads_hold_locks_a
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range_that_connections_take_theirs_from():
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(port < low for port in ports), (ports, low)
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))

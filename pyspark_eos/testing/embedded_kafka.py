@@ -18,6 +18,7 @@ import base64
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -89,7 +90,45 @@ def proxied_settings(broker_port: int, controller_port: int, proxied_port: int, 
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free on 127.0.0.1, all held open together so they are distinct."""
+    """Distinct ports free on 127.0.0.1, below the kernel's ephemeral range where it can.
+
+    A port from the ephemeral range (what binding port 0 gives) can be taken, between this answer
+    and the server's bind, as the source port of any process's outgoing connection, and a probe of
+    it before the server listens can connect to itself (TCP's simultaneous open): the probe then
+    reports a server that is not there and holds the port the server wanted."""
+    low, _ = _ephemeral_port_range()
+    if low <= _LOWEST_PORT + 4 * count:
+        return _kernel_ports(count)
+    ports: list[int] = []
+    for port in random.sample(range(_LOWEST_PORT, low), min(low - _LOWEST_PORT, 64 * count)):
+        if _bindable(port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    return ports + _kernel_ports(count - len(ports))
+
+
+_LOWEST_PORT = 20000
+
+
+def _ephemeral_port_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _kernel_ports(count: int) -> list[int]:
     sockets = []
     try:
         for _ in range(count):

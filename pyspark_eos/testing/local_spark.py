@@ -237,7 +237,7 @@ def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 1
     with open(log_file, "w") as log_output:
         server = subprocess.Popen(command, stdout=log_output, stderr=subprocess.STDOUT, env=env)
     try:
-        _wait_for_port(server, port, timeout, log_file)
+        wait_for_connect_server(server, port, timeout, log_file)
         log.info("Spark Connect server %d listening on 127.0.0.1:%d (log: %s)", server.pid, port, log_file)
         yield f"sc://127.0.0.1:{port}"
     finally:
@@ -249,15 +249,31 @@ def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 1
             server.wait(30)
 
 
-def _wait_for_port(server: subprocess.Popen, port: int, timeout: float, log_file: Path) -> None:
+# SparkConnectServer logs this and does not exit when its service cannot start (a port taken).
+_CONNECT_START_FAILED = "Error starting Spark Connect server"
+
+
+def _listens(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0 and not self_connected(probe)
+
+
+def self_connected(sock: socket.socket) -> bool:
+    """Whether a connected socket reached itself: a connect to a port no one listens on, from the
+    same port of the ephemeral range, succeeds as TCP's simultaneous open."""
+    return sock.getsockname() == sock.getpeername()
+
+
+def wait_for_connect_server(server: subprocess.Popen, port: int, timeout: float, log_file: Path) -> None:
+    """Until ``server`` listens on ``port``; an error with its log when it exited or failed to start."""
     deadline = time.monotonic() + timeout
     while True:
-        if server.poll() is not None:
-            raise RuntimeError(f"the Spark Connect server exited with {server.returncode}: "
-                               f"{log_file.read_text(errors='replace')[-3000:]}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        log_text = log_file.read_text(errors="replace")
+        if server.poll() is not None or _CONNECT_START_FAILED in log_text:
+            raise RuntimeError(f"the Spark Connect server did not start (exit code {server.returncode}): "
+                               f"{log_text[-3000:]}")
+        if _listens(port):
+            return
         if time.monotonic() > deadline:
             raise TimeoutError(f"the Spark Connect server did not listen on port {port} within {timeout:.0f} s "
                                f"(log: {log_file})")
