@@ -134,16 +134,24 @@ def test_a_stable_read_of_the_groups_offsets_follows_its_coordinator_to_another_
         kafka_cluster3.wait_in_sync()
 
 
-def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_and_its_id_recovers(kafka_cluster3):
+def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_once_it_moved_and_its_id_recovers(kafka_cluster3):
     # librdkafka's send_offsets_to_transaction ignores its timeout while it looks for a group
     # coordinator whose broker stopped (librdkafka #5456, #5511): the write task bounds the call
-    # itself, drops the producer, and the task's retry fences the transactional id. Whether the
-    # producer gets stuck depends on when it notices the broker gone (on a busy machine it found the
-    # new coordinator in time): either way the call ends within its deadline and the id commits.
+    # itself and gives it up as soon as the coordinator is found on another broker, drops the
+    # producer, and the task's retry fences the transactional id. Whether the producer gets stuck
+    # depends on when it notices the broker gone (on a busy machine it found the new coordinator in
+    # time): either way the call ends well within its deadline and the id commits.
+    import os
+    import time
+    from functools import partial
+
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from pyspark_eos.kafka.deadline import DeadlineExceeded, call_with_deadline
     from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
+    from pyspark_eos.kafka.held_clients import Held
+    from pyspark_eos.kafka.options import ClientSettings
+    from pyspark_eos.sink.producer_pool import WorkerProducer, coordinator_moved_away
 
     bootstrap = kafka_cluster3.bootstrap_servers
     source = create_topic(bootstrap, unique_name("coordinated-in"), partitions=1, replication=3)
@@ -152,31 +160,37 @@ def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_and_its_id_
     member = Consumer({"bootstrap.servers": bootstrap, "group.id": group})  # alive while its metadata is used
     metadata = member.consumer_group_metadata()
 
-    def transaction(producer, value: bytes, offset: int, deadline_s: float) -> None:
+    def transaction(producer, value: bytes, offset: int, deadline_s: float, give_up=None) -> None:
         producer.begin_transaction()
         producer.produce(output, value=value, partition=0)
         producer.flush(30)
         call_with_deadline(lambda: producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)],
                                                                         metadata, 120),
-                           deadline_s, "send_offsets_to_transaction")
+                           deadline_s, "send_offsets_to_transaction", give_up)
         producer.commit_transaction(60)
 
-    stuck = transactional_producer(bootstrap, transactional_id, **{"transaction.timeout.ms": 20000})
+    stuck = transactional_producer(bootstrap, transactional_id, **{"transaction.timeout.ms": 60000})
     transaction(stuck, b"first", 1, 30)  # the producer now knows the group's coordinator
     admin = AdminClient({"bootstrap.servers": bootstrap})
     coordinator = admin.describe_consumer_groups([group])[group].result(30).coordinator.id
+    held = Held(ClientSettings.of(bootstrap, {}, 60000))
+    worker = WorkerProducer(transactional_id, stuck, os.getpid(), group_coordinator=coordinator)
     kafka_cluster3.stop_node(coordinator)
+    started = time.monotonic()
     try:
         try:
-            transaction(stuck, b"not stuck", 2, 10)
+            transaction(stuck, b"not stuck", 2, 60, partial(coordinator_moved_away, held, worker, group))
             expected = [b"first", b"not stuck"]
         except DeadlineExceeded as error:
-            assert "did not return in 10 s" in str(error)
+            # Given up for the move, not at the deadline (the control: without give_up, 60 s).
+            assert f"coordinator moved from broker {coordinator}" in str(error), str(error)
+            assert time.monotonic() - started < 40, str(error)
             retry = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
             retry.init_transactions(60)  # fences the stuck producer and aborts its transaction
             transaction(retry, b"retried", 2, 60)
             expected = [b"first", b"retried"]
     finally:
+        held.close()
         kafka_cluster3.restart_node(coordinator)
         kafka_cluster3.wait_in_sync()
     assert [r.value for r in read_committed(bootstrap, output)] == expected

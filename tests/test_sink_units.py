@@ -365,6 +365,19 @@ def test_a_cached_producer_is_replaced_when_the_groups_coordinator_moved_or_cann
     assert _coordinator_moved(WorkerProducer("id", None, 1, group_coordinator=last), now) is moved
 
 
+@pytest.mark.parametrize("known, now, reason", [(1, 2, "moved from broker 1 to broker 2"), (1, 1, None),
+                                                (1, None, None), (None, 2, None)])
+def test_a_call_waiting_on_the_groups_coordinator_is_given_up_once_the_coordinator_moved_to_another_broker(
+        monkeypatch, known, now, reason):
+    # An unknown coordinator is most likely moving: a new producer would wait as long.
+    from pyspark_eos.sink import producer_pool
+    from pyspark_eos.sink.producer_pool import WorkerProducer, coordinator_moved_away
+
+    monkeypatch.setattr(producer_pool, "_group_coordinator", lambda held, group_id: now)
+    given_up = coordinator_moved_away(None, WorkerProducer("id", None, 1, group_coordinator=known), "group")
+    assert (given_up is None) if reason is None else (reason in given_up)
+
+
 def test_a_producers_outages_count_only_all_its_brokers_down():
     from confluent_kafka import KafkaError
 

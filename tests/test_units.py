@@ -83,6 +83,28 @@ def test_a_call_with_a_deadline_returns_raises_or_is_given_up():
     never.set()
 
 
+def test_a_call_whose_give_up_names_a_reason_is_given_up_before_its_deadline_and_one_without_is_not(monkeypatch):
+    import threading
+    import time
+
+    from pyspark_eos.kafka import deadline
+    from pyspark_eos.kafka.deadline import DeadlineExceeded, call_with_deadline
+
+    monkeypatch.setattr(deadline, "FIRST_CHECK_S", 0.05)
+    monkeypatch.setattr(deadline, "CHECK_EVERY_S", 0.05)
+    never = threading.Event()
+    answers = iter([None, None, "the group's coordinator moved from broker 1 to broker 2 meanwhile"])
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match=r"stuck call did not return in 0 s \(the group's coordinator moved"):
+        call_with_deadline(never.wait, 30, "stuck call", give_up=lambda: next(answers))
+    assert time.monotonic() - started < 10
+    asked = []
+    ends = threading.Timer(0.5, never.set)
+    ends.start()
+    assert call_with_deadline(lambda: never.wait() and 7, 30, "slow call", give_up=lambda: asked.append(1)) == 7
+    assert len(asked) >= 2  # asked while the call ran, and never given up for a None
+
+
 def test_a_worker_freezes_its_objects_again_only_after_it_imported_modules(monkeypatch):
     import sys
     import types

@@ -99,6 +99,19 @@ def _group_coordinator(held: Held, group_id: str | None) -> int | None:
     return coordinator
 
 
+def coordinator_moved_away(held: Held, worker: WorkerProducer, group_id: str | None) -> str | None:
+    """Why ``worker``'s call waiting on the group's coordinator (``send_offsets_to_transaction``)
+    will not end by itself: the coordinator moved to another broker since the task began, and
+    librdkafka may wait for the old one until the task's deadline (deadline.py). None while it is
+    where it was, or cannot be found (moving: a new producer would wait as well)."""
+    if worker.group_coordinator is None:
+        return None
+    now = _group_coordinator(held, group_id)
+    if now is None or now == worker.group_coordinator:
+        return None
+    return f"the group's coordinator moved from broker {worker.group_coordinator} to broker {now} meanwhile"
+
+
 def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
     # librdkafka's producer kept sending a transaction's offsets to the group's coordinator it had
     # found before, on a broker that had stopped, until the call's deadline (the transaction
