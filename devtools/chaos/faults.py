@@ -171,7 +171,7 @@ def second_instance(rig: Rig, rng: random.Random) -> dict:
 
 # Where a network fault applies: the query's clients go through a proxy per broker (the campaign's
 # cluster is proxied when a network kind is fired), the verifiers and the input writer do not.
-NETWORK_SCOPES = ("all clients", "one executor", "one broker")
+NETWORK_SCOPES = ("all clients", "the driver", "one executor", "one broker")
 
 
 @contextlib.contextmanager
@@ -184,6 +184,8 @@ def _network_fault(rig: Rig, rng: random.Random, details: dict) -> Iterator[list
     if details["scope"] == "one broker":
         chosen = [rng.choice(chosen)]
         details["node"] = chosen[0]
+    elif details["scope"] == "the driver":  # its planning and the sink's commits, not the tasks
+        clients = ClientProcesses.working_in(rig.query.working_directory)
     elif details["scope"] == "one executor":
         clients = _one_executors_clients(rig, rng, details)
         if clients is None:

@@ -25,6 +25,8 @@ from ..python_logging import environment
 
 log = logging.getLogger(__name__)
 
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
 # The driver declares a silent executor lost after 8 s (Spark's default is 120 s), so that a
 # stalled executor's task is retried elsewhere while the stalled attempt still lives: a zombie.
 SPARK_CONF = {
@@ -56,15 +58,22 @@ class QueryInstance:
     """One driver process of the pipeline; its log is ``<directory>/driver-<n>.log``."""
 
     def __init__(self, spec: QuerySpec, checkpoint: Path, starting_offsets: str, directory: Path, number: int):
-        self.checkpoint = checkpoint
+        self.checkpoint = checkpoint.resolve()
         self.log_path = directory / f"driver-{number}.log"
-        command = [sys.executable, "-m", __name__, *spec.arguments(), "--checkpoint", str(checkpoint),
+        # The driver works in a directory of its own, which its JVM's Python processes work in
+        # too (forked by a fork server, they are no descendants of it): a network fault finds the
+        # driver's connections there (faults.NETWORK_SCOPES), as an executor's in its own.
+        self.working_directory = (directory / f"driver-{number}").resolve()
+        self.working_directory.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", __name__, *spec.arguments(), "--checkpoint", str(self.checkpoint),
                    "--starting-offsets", starting_offsets]
+        env = environment("INFO")
+        env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], str(_CHECKOUT)))  # for -m, from elsewhere
         with open(self.log_path, "ab") as log_file:
             # A session of its own (kill() takes the whole group), dying with the campaign.
             self.process = start_dying_with_parent(command, stdout=log_file, stderr=subprocess.STDOUT,
                                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                                   env=environment("INFO"))
+                                                   cwd=self.working_directory, env=env)
         log.info("query driver %d started: pid %d, checkpoint %s, startingOffsets=%s, log %s",
                  number, self.process.pid, checkpoint, starting_offsets, self.log_path)
 
