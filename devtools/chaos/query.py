@@ -25,8 +25,6 @@ from ..python_logging import environment
 
 log = logging.getLogger(__name__)
 
-_CHECKOUT = Path(__file__).resolve().parents[2]
-
 # The driver declares a silent executor lost after 8 s (Spark's default is 120 s), so that a
 # stalled executor's task is retried elsewhere while the stalled attempt still lives: a zombie.
 SPARK_CONF = {
@@ -67,13 +65,11 @@ class QueryInstance:
         self.working_directory.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", __name__, *spec.arguments(), "--checkpoint", str(self.checkpoint),
                    "--starting-offsets", starting_offsets]
-        env = environment("INFO")
-        env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], str(_CHECKOUT)))  # for -m, from elsewhere
         with open(self.log_path, "ab") as log_file:
             # A session of its own (kill() takes the whole group), dying with the campaign.
             self.process = start_dying_with_parent(command, stdout=log_file, stderr=subprocess.STDOUT,
                                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                                   cwd=self.working_directory, env=env)
+                                                   cwd=self.working_directory, env=environment("INFO"))
         log.info("query driver %d started: pid %d, checkpoint %s, startingOffsets=%s, log %s",
                  number, self.process.pid, checkpoint, starting_offsets, self.log_path)
 

@@ -58,15 +58,15 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str,
 
 def _joined(thread: threading.Thread, deadline: float, give_up: Callable[[], str | None] | None) -> str | None:
     """Waits for ``thread`` until ``deadline``; the reason ``give_up`` gave, if it gave one first."""
-    check_at = time.monotonic() + FIRST_CHECK_S
+    check_at = time.monotonic() + FIRST_CHECK_S if give_up is not None else deadline
     while thread.is_alive():
         now = time.monotonic()
         if now >= deadline:
             return None
-        if give_up is not None and now >= check_at:
+        if now >= check_at:
             reason = give_up()
             if reason and thread.is_alive():
                 return reason
             check_at = time.monotonic() + CHECK_EVERY_S
-        thread.join(max(0.0, min(deadline, check_at if give_up is not None else deadline) - time.monotonic()))
+        thread.join(max(0.0, min(deadline, check_at) - time.monotonic()))
     return None

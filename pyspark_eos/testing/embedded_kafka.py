@@ -89,6 +89,10 @@ def proxied_settings(broker_port: int, controller_port: int, proxied_port: int, 
     return "# the proxied listener (tcp_proxy.py)\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
+# Where free_ports looks first: below Linux's default ephemeral range, above the well-known ports.
+_LOWEST_PORT = 20000
+
+
 def free_ports(count: int) -> list[int]:
     """Distinct ports free on 127.0.0.1, below the kernel's ephemeral range where it can.
 
@@ -106,9 +110,6 @@ def free_ports(count: int) -> list[int]:
             if len(ports) == count:
                 return ports
     return ports + _kernel_ports(count - len(ports))
-
-
-_LOWEST_PORT = 20000
 
 
 def _ephemeral_port_range() -> tuple[int, int]:
