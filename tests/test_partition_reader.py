@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Consumer
 
 from pyspark_eos.errors import DataLossError
+from pyspark_eos.kafka.held_clients import Registry
 from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.source.partition_reader import (PREFETCH_RECORDS, ReaderSettings, _with_prefetch, consumer_config,
                                                  read_range, read_ranges)
@@ -100,8 +102,61 @@ def test_a_tasks_range_removed_by_retention_is_skipped_without_data_loss_checks_
 def test_a_tasks_consumer_prefetches_what_its_ranges_hold_at_most_ten_thousand_records_a_partition():
     config = consumer_config("127.0.0.1:9092", {}, None)
     ranges = [OffsetRange("t", 0, 100, 350), OffsetRange("t", 1, 0, 40)]
-    assert _with_prefetch(config, ranges)["queued.min.messages"] == "250"
+    assert _with_prefetch(config, ranges)["queued.min.messages"] == "256"  # 250, rounded up
     assert _with_prefetch(config, [OffsetRange("t", 0, 0, 10**6)])["queued.min.messages"] == str(PREFETCH_RECORDS)
     assert _with_prefetch(config, [])["queued.min.messages"] == "1"
     chosen = consumer_config("127.0.0.1:9092", {"queued.min.messages": "500000"}, None)
     assert _with_prefetch(chosen, ranges)["queued.min.messages"] == "500000"
+
+
+def offsets_read(batches) -> list[tuple[int, int]]:
+    return [(row["partition"], row["offset"]) for batch in batches for row in batch.to_pylist()]
+
+
+def test_a_workers_reads_share_one_consumer_which_reads_each_later_range_exactly(kafka, monkeypatch):
+    """consumer_pool: a read takes the consumer the last one gave back, already connected; what it
+    fetched or paused for the last read never leaks into the next, even a range behind it."""
+    from pyspark_eos.source import consumer_pool, partition_reader
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("pooled"), partitions=2)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, b"short-%d" % i) for i in range(10)]),
+                                                       (True, [(1, b"long-%d" % i) for i in range(1000)])])
+    paused = []
+    pause = partition_reader._pause_finished
+    monkeypatch.setattr(partition_reader, "_pause_finished",
+                        lambda consumer, ranges, positions, unfinished: paused.append(
+                            [key for key in unfinished if positions[key] >= ranges[key].end]) or pause(
+                            consumer, ranges, positions, unfinished))
+    monkeypatch.setattr(consumer_pool, "READERS", Registry("a test's source configuration", 600.0, 4))
+    made = []
+    monkeypatch.setattr(consumer_pool, "Consumer", lambda config: made.append(config) or Consumer(config))
+    reading = settings(kafka, batch_records=50, poll_timeout_s=5.0)
+
+    # Partition 0 ends first and is paused while partition 1 is read on (both ranges: 1,024 prefetched).
+    first = offsets_read(read_ranges((OffsetRange(topic, 0, 0, 10), OffsetRange(topic, 1, 0, 1000)), reading))
+    assert sorted(first) == [(0, o) for o in range(10)] + [(1, o) for o in range(1000)]
+    assert [(topic, 0)] in paused
+    # The paused partition again, and a range of partition 1 behind where the consumer has fetched to.
+    again = offsets_read(read_ranges((OffsetRange(topic, 0, 0, 10), OffsetRange(topic, 1, 100, 700)), reading))
+    assert sorted(again) == [(0, o) for o in range(10)] + [(1, o) for o in range(100, 700)]
+    behind = offsets_read(read_ranges((OffsetRange(topic, 1, 5, 600),), reading))
+    assert behind == [(1, o) for o in range(5, 600)]
+    assert len(made) == 1, "each read made a consumer of its own"
+
+
+def test_a_read_given_up_midway_closes_its_consumer_and_the_next_read_makes_a_new_one(kafka, monkeypatch):
+    from pyspark_eos.source import consumer_pool
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("given-up"))
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, b"v%d" % i) for i in range(100)])])
+    monkeypatch.setattr(consumer_pool, "READERS", Registry("a test's source configuration", 600.0, 4))
+    made = []
+    monkeypatch.setattr(consumer_pool, "Consumer", lambda config: made.append(Consumer(config)) or made[-1])
+    reading = settings(kafka, batch_records=10)
+    batches = read_range(OffsetRange(topic, 0, 0, 100), reading)
+    assert next(batches).num_rows == 10
+    batches.close()  # as Spark stops reading a partition once a limit is reached
+    assert offsets_read(read_range(OffsetRange(topic, 0, 90, 100), reading)) == [(0, o) for o in range(90, 100)]
+    assert len(made) == 2
+    with pytest.raises(RuntimeError, match="closed"):
+        made[0].assignment()

@@ -381,7 +381,7 @@ def test_a_call_waiting_on_the_groups_coordinator_is_given_up_once_the_coordinat
 def test_a_producers_outages_count_only_all_its_brokers_down():
     from confluent_kafka import KafkaError
 
-    from pyspark_eos.sink.producer_pool import BrokerOutages
+    from pyspark_eos.kafka.broker_outages import BrokerOutages
 
     outages = BrokerOutages()
     outages(KafkaError(KafkaError._TRANSPORT, "one broker's connection closed"))
@@ -391,9 +391,10 @@ def test_a_producers_outages_count_only_all_its_brokers_down():
 
 
 def test_a_workers_admin_client_that_lost_all_its_brokers_is_replaced_and_one_that_did_not_is_kept():
+    from pyspark_eos.kafka.broker_outages import BrokerOutages
     from pyspark_eos.kafka.held_clients import Held
     from pyspark_eos.kafka.options import ClientSettings
-    from pyspark_eos.sink.producer_pool import ADMIN, BrokerOutages, admin_for
+    from pyspark_eos.sink.producer_pool import ADMIN, admin_for
     from pyspark_eos.testing.embedded_kafka import free_ports
 
     from .kafka_tools import wait_until

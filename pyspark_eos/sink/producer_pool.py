@@ -14,9 +14,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from ..kafka.broker_outages import BrokerOutages, lost_all_brokers
 from ..kafka.clients import init_transactional_producer
 from ..kafka.group_offsets import group_coordinator
 from ..kafka.held_clients import Held, close_client
@@ -25,21 +26,6 @@ from .transactional_id_factory import SlotLease, process_token
 log = logging.getLogger(__name__)
 
 COORDINATOR_LOOKUP_TIMEOUT_S = 5.0
-
-
-class BrokerOutages:
-    """A client's error_cb: whether librdkafka has reported all its brokers down since it was
-    made. Such a client is not reused: after a lone broker's restart (even a clean one), a
-    producer that lived through it hung in send_offsets_to_transaction until the call's deadline,
-    and an AdminClient's requests to the group's coordinator went unanswered, while clients made
-    after the restart were answered at once."""
-
-    def __init__(self):
-        self.seen = False
-
-    def __call__(self, error: KafkaError) -> None:
-        if error.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.seen = True
 
 
 @dataclass
@@ -126,15 +112,7 @@ def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
 
 
 def _brokers_lost(cached: WorkerProducer) -> bool:
-    return _lost_all_brokers(cached.producer, cached.outages, f"producer {cached.transactional_id}")
-
-
-def _lost_all_brokers(client, outages: BrokerOutages | None, what: str) -> bool:
-    client.poll(0)  # librdkafka reports errors to error_cb only inside poll() or flush()
-    lost = outages is not None and outages.seen
-    if lost:
-        log.warning("%s lost all its brokers since it was made; replacing it", what)
-    return lost
+    return lost_all_brokers(lambda: cached.producer.poll(0), cached.outages, f"producer {cached.transactional_id}")
 
 
 def cached_slot(held: Held) -> int | None:
@@ -184,7 +162,8 @@ def admin_for(held: Held, renew: bool = False) -> AdminClient:
     """This worker's AdminClient for the sink's stable reads of the group's offsets; ``renew``
     replaces it (see group_offsets.fetch_stable_commits)."""
     cached = held.clients.get(ADMIN)
-    if cached is not None and (renew or _lost_all_brokers(cached.admin, cached.outages, "this worker's AdminClient")):
+    if cached is not None and (renew or lost_all_brokers(lambda: cached.admin.poll(0), cached.outages,
+                                                         "this worker's AdminClient")):
         held.drop(ADMIN)
     return held.client(ADMIN, lambda: _new_admin(held.settings.config())).admin
 

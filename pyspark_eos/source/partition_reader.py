@@ -16,9 +16,9 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ..errors import DataLossError, KafkaClientError
-from ..kafka.options import files_explained
 from ..kafka.schema import arrow_schema
 from ..protocol.offset_range import OffsetRange
+from .consumer_pool import lent_consumer
 
 log = logging.getLogger(__name__)
 
@@ -112,18 +112,16 @@ def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[
 def read_ranges(ranges: tuple[OffsetRange, ...], settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of a task's ranges (one per partition) as Arrow record batches.
 
-    One consumer reads them all at once: each consumer is created, connects and starts fetching
-    before its first record, and a task reads several small partitions (input_partition).
+    One consumer reads them all at once, the worker's from an earlier task when it has one
+    (consumer_pool): a consumer connects and starts fetching before its first record, and a task
+    reads several small partitions (input_partition).
     """
     todo = {r.key: r for r in ranges if r.start < r.end}
-    with files_explained(settings.consumer_config):
-        consumer = Consumer(_with_prefetch(settings.consumer_config, todo.values()))
-    try:
-        if todo:
-            consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo.values()])
-            yield from _consume(consumer, todo, {key: r.start for key, r in todo.items()}, settings)
-    finally:
-        consumer.close()
+    if not todo:
+        return
+    with lent_consumer(_with_prefetch(settings.consumer_config, todo.values())) as consumer:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo.values()])
+        yield from _consume(consumer, todo, {key: r.start for key, r in todo.items()}, settings)
 
 
 def _with_prefetch(config: dict[str, str], ranges) -> dict[str, str]:
@@ -133,9 +131,10 @@ def _with_prefetch(config: dict[str, str], ranges) -> dict[str, str]:
     librdkafka keeps fetching a partition until 100,000 of its records (or 64 MiB) wait in the
     consumer's queue, and knows nothing of a range's end: while the task's Python side worked
     through its ranges, its consumer fetched and parsed records past them, which the next batch's
-    task fetched again (benchmarks/JOURNAL.md)."""
+    task fetched again (benchmarks/JOURNAL.md). Rounded up to a power of two, so that the tasks of
+    similar batches share their worker's pooled consumer (consumer_pool)."""
     largest = max((r.end - r.start for r in ranges), default=1)
-    return {"queued.min.messages": str(max(1, min(largest, PREFETCH_RECORDS))), **config}
+    return {"queued.min.messages": str(min(1 << max(0, largest - 1).bit_length(), PREFETCH_RECORDS)), **config}
 
 
 def _skip_removed(consumer: Consumer, offset_range: OffsetRange, position: int, settings: ReaderSettings) -> int:
