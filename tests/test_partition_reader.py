@@ -160,3 +160,22 @@ def test_a_read_given_up_midway_closes_its_consumer_and_the_next_read_makes_a_ne
     assert len(made) == 2
     with pytest.raises(RuntimeError, match="closed"):
         made[0].assignment()
+
+
+def test_after_a_read_that_skipped_removed_records_the_workers_next_read_of_them_is_exact(kafka, monkeypatch):
+    """A read that met removed records (an out-of-range answer, its partition assigned again from the
+    earliest offset) leaves its kept consumer fit for the worker's next reads."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from pyspark_eos.source import consumer_pool
+
+    monkeypatch.setattr(consumer_pool, "READERS", Registry("a test's source configuration", 600.0, 4))
+    topic = create_topic(kafka.bootstrap_servers, unique_name("removed-then-read"))
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, b"v%d" % i) for i in range(8)])])
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.delete_records([TopicPartition(topic, 0, 3)])[TopicPartition(topic, 0, 3)].result(30)
+    lenient = settings(kafka, fail_on_data_loss=False, poll_timeout_s=10.0)
+    assert offsets_read(read_range(OffsetRange(topic, 0, 0, 8), lenient)) == [(0, o) for o in range(3, 8)]
+    for start in (3, 5):
+        assert offsets_read(read_range(OffsetRange(topic, 0, start, 8), lenient)) == [(0, o) for o in range(start, 8)]

@@ -47,7 +47,7 @@ def lent_consumer(config: dict[str, str]) -> Iterator[Consumer]:
     """A consumer of ``config``, this worker's own from an earlier read when it has one."""
     held = READERS.use(_settings(config))
     kept = held.drop(CONSUMER)
-    if kept is not None and lost_all_brokers(lambda: kept.consumer.poll(0), kept.outages, "a read consumer"):
+    if kept is not None and not _usable(kept):
         kept.close()
         kept = None
     kept = kept or _new(config)
@@ -68,14 +68,28 @@ def _new(config: dict[str, str]) -> _Kept:
         return _Kept(Consumer({**config, "error_cb": outages}), outages)
 
 
+def _usable(kept: _Kept) -> bool:
+    try:
+        return not lost_all_brokers(lambda: kept.consumer.poll(0), kept.outages, "a read consumer")
+    except Exception as error:  # noqa: BLE001 - a consumer that cannot be polled is closed, not lent
+        log.warning("a kept read consumer failed (%s); making a new one", error)
+        return False
+
+
 def _cleared(consumer: Consumer) -> bool:
     """Stop fetching for the next read: resume what the read paused (librdkafka keeps a pause across
-    an unassign and a later assign of the partition), then unassign."""
+    an unassign and a later assign of the partition), unassign, and serve what is left queued. The
+    unassign outdates every fetched message, which serving drops, but not an error event without a
+    partition's fetch version (a failed offset reset): the next read would take it for its own."""
     try:
         assigned = consumer.assignment()
         if assigned:
             consumer.resume(assigned)
         consumer.unassign()
+        while left := consumer.consume(num_messages=10_000, timeout=0):
+            if any(message.error() is None for message in left):
+                log.warning("a read consumer still delivered records after its unassign; closing it")
+                return False
         return True
     except Exception as error:  # noqa: BLE001 - a consumer that cannot be cleared is closed, not lent again
         log.warning("clearing a read consumer failed (%s); closing it", error)
