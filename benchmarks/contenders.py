@@ -393,10 +393,11 @@ COMPILED_ZIP = " + compiled pyspark.zip"
 PLAIN_PYTHON = " + plain python"
 
 
-def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: int, name: str, size: int) -> Run:
+def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: int, name: str, size: int,
+             driver_log: Path | None = None) -> Run:
     """``name``'s copy in a fresh driver process of its own (``cold_job.py``): a Spark session, one
     AvailableNow query, the end. Timed from the query's start(); the process's whole life, Spark's
-    start included, is ``extra["process_s"]``."""
+    start included, is ``extra["process_s"]``. ``driver_log``: where the driver's log goes."""
     copy = name.removesuffix(COMPILED_ZIP).removesuffix(PLAIN_PYTHON)
     command = [sys.executable, "-m", "benchmarks.cold_job", "--contender", copy, "--bootstrap", ground.bootstrap,
                "--source", source, "--partitions", str(partitions), "--records", str(records), "--batch", str(batch),
@@ -409,6 +410,8 @@ def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: 
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=BENCHMARKS_ROOT, env=env)
     process_s = time.perf_counter() - started
+    if driver_log is not None:
+        driver_log.write_text(result.stderr)
     if result.returncode != 0:
         raise RuntimeError(f"the cold job of {name} exited with {result.returncode}: {result.stderr[-3000:]}")
     run = Run(**json.loads(result.stdout.strip().splitlines()[-1]))
