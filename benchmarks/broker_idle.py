@@ -10,19 +10,17 @@ Prints the medians per node and their ratios, and appends them to results/broker
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 from tests.class_archives import use_suite_jvms
 
-from .report import machine
+from .report import append_measurement
 from .workload import stat_seconds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "broker-idle.jsonl"
@@ -62,10 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                      "ratio": round(ours / default, 2)})
         print(f"{nodes} node(s): {100 * default:.1f}% -> {100 * ours:.1f}% of a core per idle node "
               f"({rows[-1]['ratio']:.2f}x); medians of {args.rounds}")
-    with open(RESULTS, "a") as results:
-        results.write(json.dumps({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                  "machine": machine(), "rounds": args.rounds, "window_s": args.window,
-                                  "rows": rows}) + "\n")
+    append_measurement(RESULTS, rounds=args.rounds, window_s=args.window, rows=rows)
     return 0
 
 

@@ -12,19 +12,17 @@ appends them to results/join-delay.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import statistics
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic
 
 from . import contenders
-from .report import machine
+from .report import append_measurement
 from .workload import unique, write_input
 
 RESULTS = Path(__file__).resolve().parent / "results" / "join-delay.jsonl"
@@ -79,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row['setting']:<24} join {row['join_s']:5.2f} s, {row['seconds']:6.2f} s from start(), first batch "
               f"{row['first_batch_ms']:,} ms (medians of {args.rounds})")
-    with open(RESULTS, "a") as results:
-        results.write(json.dumps({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                  "machine": machine(), "rounds": args.rounds, "records": args.records,
-                                  "rows": rows}) + "\n")
+    append_measurement(RESULTS, rounds=args.rounds, records=args.records, rows=rows)
     return 0
 
 

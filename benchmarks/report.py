@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR, kafka_version
@@ -285,6 +286,13 @@ def _decimal(value: float | None) -> str:
 
 
 # ---------------------------------------------------------------------------- result files
+
+def append_measurement(path: Path, **fields) -> None:
+    """One line of a standalone measurement's results file: its date, the machine, ``fields``."""
+    line = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(), **fields}
+    with open(path, "a") as results:
+        results.write(json.dumps(line) + "\n")
+
 
 def machine() -> dict:
     memory_kb = next((int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()

@@ -11,20 +11,18 @@ Prints the medians and the ratios, and appends them to results/suite-jvm-starts.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark_eos.testing.jvm_options import CLASS_ARCHIVES_ENV
 from tests import class_archives
 
-from .report import machine
+from .report import append_measurement
 from .workload import cpu_times
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                      "cpu_ratio": round(with_[0] / without[0], 2), "wall_ratio": round(with_[1] / without[1], 2)})
         print(f"{start:<14} CPU {without[0]:5.1f} s -> {with_[0]:5.1f} s ({rows[-1]['cpu_ratio']:.2f}x), "
               f"wall {without[1]:5.1f} s -> {with_[1]:5.1f} s ({rows[-1]['wall_ratio']:.2f}x); medians of {args.rounds}")
-    with open(RESULTS, "a") as results:
-        results.write(json.dumps({"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                  "machine": machine(), "rounds": args.rounds, "rows": rows}) + "\n")
+    append_measurement(RESULTS, rounds=args.rounds, rows=rows)
     return 0
 
 
