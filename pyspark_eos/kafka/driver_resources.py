@@ -18,11 +18,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .held_clients import Held, Registry
+from .held_clients import IDLE_CLOSE_S, KEPT_CONFIGURATIONS, Held, Registry
 from .options import ClientSettings
-
-IDLE_CLOSE_S = 120.0
-KEPT_CONFIGURATIONS = 4
 
 DRIVER = Registry("a driver-side cluster configuration", IDLE_CLOSE_S, KEPT_CONFIGURATIONS)
 

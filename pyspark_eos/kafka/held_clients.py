@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# The rule for what a long-lived process holds (the driver's, the sink's and the source's registries).
+IDLE_CLOSE_S = 120.0
+KEPT_CONFIGURATIONS = 4
+
 
 @dataclass
 class Held:

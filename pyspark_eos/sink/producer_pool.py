@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from ..kafka.broker_outages import BrokerOutages, lost_all_brokers
+from ..kafka.broker_outages import BrokerOutages, lost_all_brokers, watched
 from ..kafka.clients import init_transactional_producer
 from ..kafka.group_offsets import group_coordinator
 from ..kafka.held_clients import Held, close_client
@@ -112,7 +112,7 @@ def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:
 
 
 def _brokers_lost(cached: WorkerProducer) -> bool:
-    return lost_all_brokers(lambda: cached.producer.poll(0), cached.outages, f"producer {cached.transactional_id}")
+    return lost_all_brokers(cached.producer, cached.outages, f"producer {cached.transactional_id}")
 
 
 def cached_slot(held: Held) -> int | None:
@@ -146,15 +146,6 @@ def _new_producer(held: Held, transactional_id: str, outages: BrokerOutages) -> 
     return producer
 
 
-@dataclass
-class _WorkerAdmin:
-    admin: AdminClient
-    outages: BrokerOutages
-
-    def close(self) -> None:
-        close_client(self.admin)
-
-
 ADMIN = "admin"
 
 
@@ -162,15 +153,9 @@ def admin_for(held: Held, renew: bool = False) -> AdminClient:
     """This worker's AdminClient for the sink's stable reads of the group's offsets; ``renew``
     replaces it (see group_offsets.fetch_stable_commits)."""
     cached = held.clients.get(ADMIN)
-    if cached is not None and (renew or lost_all_brokers(lambda: cached.admin.poll(0), cached.outages,
-                                                         "this worker's AdminClient")):
+    if cached is not None and (renew or cached.lost_all_brokers("this worker's AdminClient")):
         held.drop(ADMIN)
-    return held.client(ADMIN, lambda: _new_admin(held.settings.config())).admin
-
-
-def _new_admin(config: dict) -> _WorkerAdmin:
-    outages = BrokerOutages()
-    return _WorkerAdmin(AdminClient({**config, "error_cb": outages}), outages)
+    return held.client(ADMIN, lambda: watched(AdminClient, held.settings.config())).client
 
 
 def discard(held: Held) -> None:

@@ -15,10 +15,7 @@ runs in the worker then, so none of the configurations it closes has a transacti
 from __future__ import annotations
 
 from ..kafka.options import ClientSettings
-from ..kafka.held_clients import Held, Registry
-
-IDLE_CLOSE_S = 120.0
-KEPT_CONFIGURATIONS = 4
+from ..kafka.held_clients import IDLE_CLOSE_S, KEPT_CONFIGURATIONS, Held, Registry
 
 WORKER = Registry("a sink configuration", IDLE_CLOSE_S, KEPT_CONFIGURATIONS)
 

@@ -15,31 +15,19 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator
 
 from confluent_kafka import Consumer
 
-from ..kafka.broker_outages import BrokerOutages, lost_all_brokers
-from ..kafka.held_clients import Registry, close_client
+from ..kafka.broker_outages import Watched, watched
+from ..kafka.held_clients import IDLE_CLOSE_S, KEPT_CONFIGURATIONS, Registry
 from ..kafka.options import ClientSettings, files_explained
 
 log = logging.getLogger(__name__)
 
-IDLE_CLOSE_S = 120.0
-KEPT_CONFIGURATIONS = 4
 CONSUMER = "consumer"
 
 READERS = Registry("a source configuration", IDLE_CLOSE_S, KEPT_CONFIGURATIONS)
-
-
-@dataclass
-class _Kept:
-    consumer: Consumer
-    outages: BrokerOutages
-
-    def close(self) -> None:
-        close_client(self.consumer)
 
 
 @contextmanager
@@ -52,25 +40,24 @@ def lent_consumer(config: dict[str, str]) -> Iterator[Consumer]:
         kept = None
     kept = kept or _new(config)
     try:
-        yield kept.consumer
+        yield kept.client
     except BaseException:  # GeneratorExit too: a read given up mid-way leaves fetchers running
         kept.close()
         raise
-    if _cleared(kept.consumer) and CONSUMER not in held.clients:
+    if _cleared(kept.client) and CONSUMER not in held.clients:
         held.clients[CONSUMER] = kept
     else:
         kept.close()
 
 
-def _new(config: dict[str, str]) -> _Kept:
-    outages = BrokerOutages()
+def _new(config: dict[str, str]) -> Watched[Consumer]:
     with files_explained(config):
-        return _Kept(Consumer({**config, "error_cb": outages}), outages)
+        return watched(Consumer, config)
 
 
-def _usable(kept: _Kept) -> bool:
+def _usable(kept: Watched[Consumer]) -> bool:
     try:
-        return not lost_all_brokers(lambda: kept.consumer.poll(0), kept.outages, "a read consumer")
+        return not kept.lost_all_brokers("a read consumer")
     except Exception as error:  # noqa: BLE001 - a consumer that cannot be polled is closed, not lent
         log.warning("a kept read consumer failed (%s); making a new one", error)
         return False
