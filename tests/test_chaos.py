@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from devtools.chaos.campaign import split_recovery
 from devtools.chaos.faults import KINDS, NETWORK_KINDS, NETWORK_SCOPES, Schedule
 from devtools.chaos.query import death_cause
 from devtools.chaos.verifiers import FinalCheck, _check_one
@@ -73,6 +74,18 @@ def test_a_dead_querys_cause_is_read_from_its_drivers_log(tmp_path):
     cause = death_cause(log)
     assert len(cause) == 2 and "Assertion `eonce->refcnt > 0' failed" in cause[0] and "terminated" in cause[1]
     assert death_cause(tmp_path / "missing.log") == []
+
+
+@pytest.mark.parametrize("took, applied, waited, recovered, after", [
+    (5.0, 5.0, 2.0, 7.0, 2.0),  # a broker down 5 s: its function returns once it is back
+    (27.0, 2.0, 26.0, 28.0, 1.0),  # a stall: it goes on for 25 s after its function returned
+    (20.0, 30.0, 1.5, 31.5, 11.5),  # a second instance: its function waits for the first one's stop
+    (5.0, 5.0, None, None, None),  # not recovered
+])
+def test_recovery_is_counted_from_the_faults_start_and_after_its_own_time(took, applied, waited, recovered, after):
+    fault = {"took_s": took, "applied_s": applied}
+    split_recovery(fault, waited)
+    assert (fault["recovered_s"], fault["after_s"]) == (recovered, after)
 
 
 @pytest.mark.release

@@ -542,3 +542,10 @@ def test_the_sink_commit_runner_builds_its_writer_without_the_driver_checks(monk
 
     assert writer.options.topic == "out"
     assert calls == (["cluster", "transactions"] if checked else [])
+
+
+def test_a_tasks_step_times_name_each_step_with_its_own_seconds_and_the_whole():
+    from pyspark_eos.sink.transactional_writer import StepTimes
+
+    steps = StepTimes(started=10.0, ends=[("producer", 10.5), ("records", 12.0), ("commit", 12.25)])
+    assert str(steps) == "in 2.25 s (producer 0.50, records 1.50, commit 0.25)"

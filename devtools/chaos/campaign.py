@@ -28,7 +28,7 @@ from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topi
 
 from ..processes import WorkerSampler
 from . import report
-from .faults import KINDS, NETWORK_KINDS, Schedule
+from .faults import KINDS, NETWORK_KINDS, OWN_S, Schedule
 from .input_writer import InputWriter
 from .query import QueryInstance, QuerySpec, death_cause
 from .verifiers import OutputWatcher, committed_total, final_check, input_end_total, offsets_lag, open_transactions
@@ -39,6 +39,7 @@ INPUT_TOPICS = {"chaos-in-a": 3, "chaos-in-b": 2}
 OUTPUT_PARTITIONS = 4
 TRANSACTION_TIMEOUT_MS = 20000
 RECOVERY_TIMEOUT_S = 300.0
+SAMPLE_INTERVAL_S = 0.5
 
 
 @dataclass
@@ -54,8 +55,19 @@ class Settings:
     attempt_fencing_off: bool = False
 
 
+def split_recovery(fault: dict, waited: float | None) -> None:
+    """Set the fault's recovery, from its start (a driver restart or a broker's downtime is part of
+    it), and after_s, what follows the fault's own time (took_s): the query's and eos-kafka's part.
+    ``waited``: seconds from the fault's function's return to recovery (None: not recovered)."""
+    applied_s = fault.pop("applied_s")
+    total = None if waited is None else applied_s + waited
+    fault["recovered_s"] = None if total is None else round(total, 1)
+    fault["after_s"] = None if total is None else round(total - fault["took_s"], 1)
+
+
 class ProgressTracker(threading.Thread):
-    """Samples the group's committed offsets over the input every second: (seconds, total)."""
+    """Samples the group's committed offsets over the input every half second: (seconds, total).
+    A fault's recovery is seen at the next sample, so the interval is part of each one measured."""
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], started: float):
         super().__init__(name="chaos-progress", daemon=True)
@@ -64,7 +76,7 @@ class ProgressTracker(threading.Thread):
         self._stopped = threading.Event()
 
     def run(self) -> None:
-        while not self._stopped.wait(1.0):
+        while not self._stopped.wait(SAMPLE_INTERVAL_S):
             try:
                 total = committed_total(*self.args)
                 # Committed offsets do not move back: a lower sum is an unanswered partition.
@@ -187,13 +199,10 @@ class Campaign:
             except KafkaException:
                 baseline = tracker.latest() + 1
             waited = self._wait_recovered(rig, tracker, baseline, kind)
-            # from the fault's start: a driver restart or a broker's downtime is part of the recovery;
-            # after_s is what follows the fault's own time (took_s): the query's and eos-kafka's part
-            fault["after_s"] = waited
-            fault["recovered_s"] = None if waited is None else round(waited + fault["took_s"], 1)
+            split_recovery(fault, waited)
             log.info("fault %d/%d at %.0f s: %s %s -> %s", schedule.fired, self.settings.faults, fault["at_s"], kind,
-                     fault["details"], f"recovered in {fault['recovered_s']} s" if fault["recovered_s"] is not None
-                     else "NOT recovered")
+                     fault["details"], f"recovered in {fault['recovered_s']} s (the fault itself {fault['took_s']} s, "
+                     f"after it {fault['after_s']} s)" if fault["recovered_s"] is not None else "NOT recovered")
             if fault["recovered_s"] is None or watcher.duplicates or writer.error:
                 log.error("stopping the campaign: %s", watcher.first_duplicate or
                           (writer.error and f"the input writer failed: {writer.error}") or f"no recovery after {kind}")
@@ -202,8 +211,11 @@ class Campaign:
     def _fire(self, rig: Rig, kind: str, rng: random.Random, number: int) -> dict:
         at = time.monotonic()
         details = KINDS[kind](rig, rng)
+        applied_s = time.monotonic() - at
+        # took_s: the fault's own time, which a kind may tell apart from what its function waited for
+        # (a stall goes on after the function returned; a fenced instance's stop is recovery)
         fault = {"number": number, "kind": kind, "at_s": round(at - self.started, 1), "details": details,
-                 "took_s": round(time.monotonic() - at, 1)}
+                 "took_s": round(details.pop(OWN_S, applied_s), 1), "applied_s": applied_s}
         self.faults.append(fault)
         return fault
 

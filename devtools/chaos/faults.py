@@ -1,9 +1,14 @@
 """The fault kinds of the chaos campaign, and the seeded schedule that picks them.
 
 Each kind is a function ``(rig, rng) -> details`` that fires one fault and returns once it has
-been applied (a killed broker is back, a killed driver restarted from its checkpoint, an armed
-point reached). Where a fault hits is drawn from ``rng``, which the schedule seeds per fault, so a
-seed replays the same choices; when a task reaches an armed point depends on timing.
+been applied (a killed broker is back, a killed driver restarted from its checkpoint and its query
+started, an armed point reached). Where the fault's own time is not the function's, the kind says
+it in ``details[OWN_S]``, seconds from the fault's start: a stall goes on after the function
+returned, and a second instance's own part ends when it has started (the first one's stop, which
+the function waits for, is recovery). Recovery is reported from the end of that own time.
+
+Where a fault hits is drawn from ``rng``, which the schedule seeds per fault, so a seed replays the
+same choices; when a task reaches an armed point depends on timing.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
 from pyspark_eos.testing.tcp_proxy import ClientProcesses, TcpProxy
 
 from ..processes import executor_jvms
-from .query import QueryInstance
+from .query import EXECUTOR_LOSS_TIMEOUT_S, QueryInstance
 from .verifiers import transactions
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,7 @@ KILL_POINTS = (points.STALL_BEFORE_PRODUCE, points.STALL_MID_PRODUCE, points.STA
 STALL_POINTS = KILL_POINTS[:-1]
 _POINT_TIMEOUT_S = 90.0  # a task reaches any point within a few batches
 MAX_PARTITIONS_PER_TOPIC = 8
+OWN_S = "own_s"
 
 
 class Rig(Protocol):
@@ -52,16 +58,19 @@ class Rig(Protocol):
     def start_second_instance(self) -> QueryInstance: ...
 
 
-def _at_point(rig: Rig, point: str, **params) -> dict:
-    """Arm ``point`` for whichever task reaches it first; wait until one has."""
+def _at_point(rig: Rig, point: str, lasting_s: float | None = None, **params) -> dict:
+    """Arm ``point`` for whichever task reaches it first; wait until one has. ``lasting_s``: how long
+    the fault goes on once reached (its own time, see the module's docs)."""
+    started = time.monotonic()
     marker = points.arm(point, rig.fault_dir, **params)
-    deadline = time.monotonic() + _POINT_TIMEOUT_S
+    deadline = started + _POINT_TIMEOUT_S
     while marker.exists() and time.monotonic() < deadline and rig.query.alive():
         time.sleep(0.1)
     try:
         marker.unlink()
     except FileNotFoundError:  # taken: the rename is the claim
-        return {"point": point, "reached": True}
+        reached = {"point": point, "reached": True}
+        return reached if lasting_s is None else {**reached, OWN_S: time.monotonic() - started + lasting_s}
     return {"point": point, "reached": False}
 
 
@@ -86,7 +95,9 @@ def executor_stall(rig: Rig, rng: random.Random) -> dict:
     """The zombie: an executor JVM stopped past the driver's loss timeout while one of its tasks is
     mid-transaction; its retry runs elsewhere, then the stalled attempt resumes."""
     seconds = round(rng.uniform(10.0, 16.0), 1)
-    return {**_at_point(rig, rng.choice(STALL_POINTS), stop_executor=True, seconds=seconds), "seconds": seconds}
+    # Its own time: until Spark declares the stopped executor lost and may retry its task elsewhere.
+    return {**_at_point(rig, rng.choice(STALL_POINTS), EXECUTOR_LOSS_TIMEOUT_S, stop_executor=True, seconds=seconds),
+            "seconds": seconds}
 
 
 def driver_kill(rig: Rig, rng: random.Random) -> dict:
@@ -98,14 +109,14 @@ def driver_kill(rig: Rig, rng: random.Random) -> dict:
     else:
         details = {"point": "random"}
     rig.query.kill()
-    rig.restart_query()
+    rig.restart_query().wait_started()
     return details
 
 
 def checkpoint_lost(rig: Rig, rng: random.Random) -> dict:
     """The driver killed and its checkpoint deleted; restarted with startingOffsets=group."""
     rig.query.kill()
-    rig.restart_query(fresh_checkpoint=True)
+    rig.restart_query(fresh_checkpoint=True).wait_started()
     return {}
 
 
@@ -142,7 +153,7 @@ def transaction_timeout(rig: Rig, rng: random.Random) -> dict:
     """A task's transaction stalled past transaction.timeout.ms: the broker aborts it, the attempt
     then fails and its retry writes the records."""
     seconds = round(rig.transaction_timeout_ms / 1000 + rng.uniform(5.0, 10.0), 1)
-    return {**_at_point(rig, rng.choice(STALL_POINTS), seconds=seconds), "seconds": seconds}
+    return {**_at_point(rig, rng.choice(STALL_POINTS), seconds, seconds=seconds), "seconds": seconds}
 
 
 def partitions_added(rig: Rig, rng: random.Random) -> dict:
@@ -161,12 +172,14 @@ def partitions_added(rig: Rig, rng: random.Random) -> dict:
 def second_instance(rig: Rig, rng: random.Random) -> dict:
     """A second instance of the query started with the same group (a fresh checkpoint,
     startingOffsets=group): it fences the first, which must stop, and goes on in its place."""
-    first = rig.query
-    rig.start_second_instance()
+    first, started = rig.query, time.monotonic()
+    rig.start_second_instance().wait_started()
+    own_s = round(time.monotonic() - started, 1)
     fenced = first.wait_exit(180)
     if not fenced:
         first.kill()
-    return {"first_stopped": fenced}
+    return {"first_stopped": fenced, "first_stopped_after_s": round(time.monotonic() - started - own_s, 1),
+            OWN_S: own_s}
 
 
 # Where a network fault applies: the query's clients go through a proxy per broker (the campaign's

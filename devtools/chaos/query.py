@@ -27,14 +27,18 @@ log = logging.getLogger(__name__)
 
 # The driver declares a silent executor lost after 8 s (Spark's default is 120 s), so that a
 # stalled executor's task is retried elsewhere while the stalled attempt still lives: a zombie.
+EXECUTOR_LOSS_TIMEOUT_S = 8
 SPARK_CONF = {
     "spark.executor.heartbeatInterval": "1s",
-    "spark.storage.blockManagerHeartbeatTimeoutMs": "8000",
+    "spark.storage.blockManagerHeartbeatTimeoutMs": str(EXECUTOR_LOSS_TIMEOUT_S * 1000),
     "spark.network.timeoutInterval": "1s",
     # Faults come one after another: a task may fail a few times before a batch gets through.
     "spark.task.maxFailures": "8",
 }
 MAX_OFFSETS_PER_TRIGGER = 3000
+# The driver's log line once its query has started (Spark's session and executors are up): what a
+# restart fault counts as the new driver's start, its own time, apart from the query's recovery.
+STARTED = "query started:"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,16 @@ class QueryInstance:
         self.kill()
         return self.process.returncode
 
+    def wait_started(self, timeout_s: float = 180.0) -> float | None:
+        """Seconds until this driver's query has started (its log says so), from now; None if the
+        driver died first or it did not start in ``timeout_s``."""
+        waiting = time.monotonic()
+        while time.monotonic() - waiting < timeout_s and self.alive():
+            if STARTED in self.log_path.read_text(errors="replace"):
+                return round(time.monotonic() - waiting, 1)
+            time.sleep(0.1)
+        return None
+
     def wait_exit(self, timeout_s: float) -> bool:
         try:
             self.process.wait(timeout_s)
@@ -137,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
              .option("transactionalIdPrefix", args.transactional_id_prefix)
              .option("kafka.transaction.timeout.ms", str(args.transaction_timeout_ms))
              .option("checkpointLocation", args.checkpoint).trigger(processingTime="1 second").start())
+    log.info("%s %s", STARTED, query.id)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     while query.isActive and not stopping:

@@ -110,7 +110,7 @@ def _plot(result: dict, path: Path) -> Path | None:
     figure, (rate_axis, memory_axis) = plt.subplots(2, 1, figsize=(12, 7), sharex=True,
                                                     gridspec_kw={"height_ratios": [3, 1]})
     progress = result["progress"]
-    window = 5  # samples (seconds): a batch commits every few seconds under faults
+    window = 10  # samples (5 s): a batch commits every few seconds under faults
     times = [t for t, _ in progress[window:]]
     rates = [(b - a) / max(tb - ta, 0.1) for (ta, a), (tb, b) in zip(progress, progress[window:])]
     rate_axis.plot(times, rates, linewidth=0.8, color="tab:blue")

@@ -14,7 +14,8 @@ what the task holds for its life once, and the steps take that.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Iterable
 
@@ -53,6 +54,7 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
                batch_write: bool = False) -> EosKafkaCommitMessage:
     """``progress_plan``: the write's plan record when the task may commit its own progress
     (task_progress); ``batch_write``: a ``df.write``, whose key is found by idempotent_writes."""
+    steps = StepTimes()
     freeze_long_lived_objects()
     task = TaskInfo.current()
     if batch_write:
@@ -63,7 +65,8 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
     context = FailureContext(held, task.batch_id is not None, options.commits_input_offsets, options.records_progress)
     with lease_slot(options.transactional_id_prefix, _id_scope(options, task), cached_slot(held)) as lease:
         worker = producer_for(held, lease, options.group_id)
-        return _WriteTask(task, held, worker, target, context, options.stable_offsets_timeout_ms).run(records)
+        steps.ended("producer")
+        return _WriteTask(task, held, worker, target, context, options.stable_offsets_timeout_ms, steps).run(records)
 
 
 def _id_scope(options: SinkOptions, task: TaskInfo) -> str | None:
@@ -91,6 +94,24 @@ def _commit_target(options: SinkOptions, task: TaskInfo, progress_plan: PlanReco
 
 
 @dataclass
+class StepTimes:
+    """How long a task's steps took, for its log line: where the time of a slow batch went (a new
+    producer, the records, which include reading the input upstream, the group's offsets, the
+    commit)."""
+
+    started: float = field(default_factory=time.monotonic)
+    ends: list[tuple[str, float]] = field(default_factory=list)
+
+    def ended(self, step: str) -> None:
+        self.ends.append((step, time.monotonic()))
+
+    def __str__(self) -> str:
+        starts = [self.started] + [at for _, at in self.ends]
+        steps = ", ".join(f"{step} {at - start:.2f}" for (step, at), start in zip(self.ends, starts))
+        return f"in {starts[-1] - self.started:.2f} s ({steps})"
+
+
+@dataclass
 class _WriteTask:
     """What a write task holds for its life: built once at its start, taken by every step."""
 
@@ -100,6 +121,7 @@ class _WriteTask:
     target: InputOffsets | TaskProgress | RecordsOnly  # what it commits besides its records
     context: FailureContext
     stable_offsets_timeout_ms: int
+    steps: StepTimes = field(default_factory=StepTimes)
     claim: AttemptClaim | None = None  # set once claimed: released when the transaction surely ended
     committing: InputOffsets | TaskProgress | None = None  # set once prepared: a failure names it
 
@@ -112,6 +134,7 @@ class _WriteTask:
             faults.stall_point(faults.STALL_BEFORE_PRODUCE)
             count = produce_records(producer, records, TopicCheck(self.held, producer), delivery, self.context,
                                     self.target.digest)
+            self.steps.ended("records")
             # Only now, with the input exhausted, has every read() of this task recorded its ranges.
             provenance, files = collect(self.task.task_attempt_id)
             outcome = self._commit(provenance, count)
@@ -122,6 +145,7 @@ class _WriteTask:
             release(files)  # a retried task is a new attempt: it hands its own ranges over
         if self.claim is not None:
             self.claim.release()
+        self.steps.ended("commit")
         return self._reported(count, outcome)
 
     def _commit(self, provenance: list, count: int) -> TaskOutcome:
@@ -135,6 +159,7 @@ class _WriteTask:
         committed = fetch_stable_commits(admin_for(self.held), committing.group_id, committing.partitions,
                                          self.stable_offsets_timeout_ms, renew=partial(admin_for, self.held, renew=True))
         faults.stall_point(faults.STALL_AFTER_STABLE_READ)
+        self.steps.ended("offsets")
         if committing.decide(committed) is CommitDecision.SKIP:
             # Spark replays a batch whose Kafka commit happened before its own commit log entry.
             self.worker.producer.abort_transaction(COMMIT_TIMEOUT_S)
@@ -209,8 +234,8 @@ class _WriteTask:
     def _reported(self, count: int, outcome: TaskOutcome) -> EosKafkaCommitMessage:
         committed = self.committing.describe() if self.committing is not None else ""
         message = EosKafkaCommitMessage(self.task.describe(), self.worker.transactional_id, count, outcome, committed)
-        log.info("%s: %s %d record(s) with %s%s", message.task, outcome.value, count, self.worker.transactional_id,
-                 f", {committed}" if committed else "")
+        log.info("%s: %s %d record(s) with %s%s %s", message.task, outcome.value, count, self.worker.transactional_id,
+                 f", {committed}" if committed else "", self.steps)
         return message
 
 
