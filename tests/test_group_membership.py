@@ -202,3 +202,44 @@ def test_a_later_batch_read_of_the_group_closes_the_earlier_reads_membership_ins
     assert not membership_taken_over(caplog)
     assert group_members(bootstrap, group) == [planned[0].group.instance_id]
     assert try_commit(transactional_producer(bootstrap), topic, planned[0].group.metadata) is None
+
+
+class _Answer:
+    def __init__(self, outcome):
+        self.outcome = outcome
+
+    def result(self, timeout=None):
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+class _LoadingCoordinator:
+    """An AdminClient whose DescribeGroups is answered ``errors`` first, then a description."""
+
+    def __init__(self, *errors: int):
+        self.answers = [KafkaException(KafkaError(code)) for code in errors] + ["description"]
+        self.asked = 0
+
+    def describe_consumer_groups(self, groups, request_timeout=None):
+        self.asked += 1
+        return {groups[0]: _Answer(self.answers.pop(0))}
+
+
+def test_the_join_waits_for_a_loading_coordinator_which_would_cost_librdkafkas_join_two_seconds():
+    from pyspark_eos.source.group_rebalance import described_once_loaded
+
+    admin, slept = _LoadingCoordinator(KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS), []
+    assert described_once_loaded(admin, "g", 10.0, sleep=slept.append) == "description"
+    assert admin.asked == 3 and 0 < sum(slept) < 0.5
+
+
+@pytest.mark.parametrize("code, wait_s", [(KafkaError.GROUP_AUTHORIZATION_FAILED, 10.0),
+                                          (KafkaError.NOT_COORDINATOR, 0.0)])
+def test_a_coordinator_that_refuses_or_is_not_ready_in_time_is_not_waited_for(code, wait_s):
+    from pyspark_eos.source.group_rebalance import described_once_loaded
+
+    admin = _LoadingCoordinator(code, code)
+    with pytest.raises(KafkaException):
+        described_once_loaded(admin, "g", wait_s, sleep=lambda _: None)
+    assert admin.asked == 1

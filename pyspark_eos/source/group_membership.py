@@ -37,6 +37,8 @@ from .group_rebalance import (held_by_other_members, leave_as_static_member, mak
 log = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 60.0
+# How long the join waits for the group's coordinator to load (a new cluster, a coordinator moved).
+COORDINATOR_WAIT_S = 10.0
 # How often a batch read's membership asks whether its write has committed (leave_once_committed).
 COMMITTED_CHECK_S = 2.0
 COMMIT_WAIT_S = 10.0
@@ -296,7 +298,8 @@ class GroupMembership:
         for session.timeout.ms: this member's join would wait for it (a rebalance waits for every
         known member) and then share the topics with it. A member of another source of the same
         query (a union) reads other topics and is left alone."""
-        members = static_members(AdminClient(self._client_config), self.group_id)
+        # Asked until the group's coordinator answers: the join that follows is not refused NOT_COORDINATOR.
+        members = static_members(AdminClient(self._client_config), self.group_id, COORDINATOR_WAIT_S)
         for instance, topics in sorted(members.items()):
             if instance == self.instance_id or not instance.startswith(_instance_prefix(self.group_id)):
                 continue

@@ -16,15 +16,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from ..kafka.backoff import Backoff, error_code
 from ..kafka.group_offsets import describe_group
 
 log = logging.getLogger(__name__)
 
 _DESCRIBE_TIMEOUT_S = 15.0
+# A group's coordinator answers so while its __consumer_offsets partition is being created or
+# loaded (a new cluster, a coordinator that moved); librdkafka's admin client does not retry them.
+_COORDINATOR_LOADING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                  KafkaError.COORDINATOR_NOT_AVAILABLE})
+_LOADING_BACKOFF = Backoff(initial_s=0.05, maximum_s=0.5)
 # How long an unsubscribe()'s revocation is waited for before the client closes anyway.
 _LEAVE_WAIT_S = 5.0
 
@@ -47,10 +53,11 @@ def held_by_other_members(admin, group_id: str, member_id: str,
     return held
 
 
-def static_members(admin, group_id: str) -> dict[str, set[str]]:
+def static_members(admin, group_id: str, coordinator_wait_s: float = 0.0) -> dict[str, set[str]]:
     """The group's static members: instance id -> the topics of its assignment (empty when the
-    group cannot be described)."""
-    description = _describe(admin, group_id)
+    group cannot be described). ``coordinator_wait_s``: how long to wait for a coordinator that is
+    loading (see described_once_loaded)."""
+    description = _describe(admin, group_id, coordinator_wait_s)
     if description is None:
         return {}
     return {member.group_instance_id: {tp.topic for tp in (member.assignment.topic_partitions
@@ -58,14 +65,34 @@ def static_members(admin, group_id: str) -> dict[str, set[str]]:
             for member in description.members if member.group_instance_id}
 
 
-def _describe(admin, group_id: str):
+def _describe(admin, group_id: str, coordinator_wait_s: float = 0.0):
     """The group's description, or None when it cannot be had (both uses are shortcuts: without
     them planning or the join waits, as it would anyway)."""
     try:
-        return describe_group(admin, group_id, _DESCRIBE_TIMEOUT_S)
+        return described_once_loaded(admin, group_id, coordinator_wait_s)
     except Exception as error:  # noqa: BLE001 - see above
         log.info("describing consumer group %r failed (%s)", group_id, error)
         return None
+
+
+def described_once_loaded(admin, group_id: str, wait_s: float, sleep: Callable[[float], None] = time.sleep,
+                          clock: Callable[[], float] = time.monotonic):
+    """The group's description, asked again for up to ``wait_s`` while its coordinator is loading.
+
+    A member's JoinGroup answered NOT_COORDINATOR costs it about 2 s: librdkafka backs its next
+    join off by 1 s and starts one at most once a second. A join made once the coordinator answers
+    a DescribeGroups is not answered so."""
+    deadline = clock() + wait_s
+    for delay in _LOADING_BACKOFF.delays():
+        try:
+            return describe_group(admin, group_id, _DESCRIBE_TIMEOUT_S)
+        except KafkaException as error:
+            if error_code(error) not in _COORDINATOR_LOADING or clock() + delay > deadline:
+                raise
+            log.info("consumer group %r: its coordinator is not ready (%s); asking again in %.2f s", group_id,
+                     error, delay)
+            sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def make_static_member_leave(config: dict, subscription: list[str], instance_id: str, timeout_s: float) -> None:
