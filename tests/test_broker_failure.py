@@ -151,7 +151,7 @@ def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_once_it_mov
     from pyspark_eos.kafka.group_offsets import fetch_stable_committed_offsets
     from pyspark_eos.kafka.held_clients import Held
     from pyspark_eos.kafka.options import ClientSettings
-    from pyspark_eos.sink.producer_pool import WorkerProducer, coordinator_moved_away
+    from pyspark_eos.sink.producer_pool import WorkerProducer, why_offsets_wait
 
     bootstrap = kafka_cluster3.bootstrap_servers
     source = create_topic(bootstrap, unique_name("coordinated-in"), partitions=1, replication=3)
@@ -179,7 +179,7 @@ def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_once_it_mov
     started = time.monotonic()
     try:
         try:
-            transaction(stuck, b"not stuck", 2, 60, partial(coordinator_moved_away, held, worker, group))
+            transaction(stuck, b"not stuck", 2, 60, partial(why_offsets_wait, held, worker, group))
             expected = [b"first", b"not stuck"]
         except DeadlineExceeded as error:
             # Given up for the move, not at the deadline (the control: without give_up, 60 s).

@@ -254,6 +254,65 @@ def test_a_read_task_cut_off_from_the_leader_fails_after_the_poll_timeout_naming
         == [b"a"]  # the same read, once the network is back
 
 
+LOST_REQUEST_DEADLINE_S = 30
+
+
+def test_a_send_offsets_whose_request_was_lost_with_its_connection_is_given_up_once_the_coordinator_answers(
+        proxied, proxy):
+    """A ``send_offsets_to_transaction`` whose request a partition held, and whose connection was
+    then reset, never returns: librdkafka does not send the request again, and the write task would
+    wait for its deadline, the transaction timeout. It is given up once the group's coordinator
+    answers the worker again; the task's retry (a producer of the same id) commits."""
+    from functools import partial
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pyspark_eos.kafka.deadline import DeadlineExceeded, call_with_deadline
+    from pyspark_eos.kafka.held_clients import Held
+    from pyspark_eos.kafka.options import ClientSettings
+    from pyspark_eos.sink.producer_pool import WorkerProducer, why_offsets_wait
+
+    from .kafka_tools import transactional_producer
+
+    source, output = _topic(proxied), _topic(proxied)
+    group, transactional_id = unique_name("lost"), unique_name("lost")
+    servers = proxied.proxied_bootstrap_servers
+    member = Consumer({"bootstrap.servers": servers, "group.id": group})  # alive while its metadata is used
+    metadata = member.consumer_group_metadata()
+
+    def transaction(producer, value: bytes, offset: int) -> None:
+        producer.begin_transaction()
+        producer.produce(output, value=value)
+        producer.flush(30)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], metadata, 60)
+        producer.commit_transaction(60)
+
+    producer = transactional_producer(servers, transactional_id)
+    transaction(producer, b"first", 1)  # the producer now knows the group's coordinator
+    held = Held(ClientSettings.of(servers, {}, 60000))
+    worker = WorkerProducer(transactional_id, producer, os.getpid(), group_coordinator=1)
+    producer.begin_transaction()
+    producer.produce(output, value=b"lost")
+    producer.flush(30)
+    send = partial(producer.send_offsets_to_transaction, [TopicPartition(source, 0, 2)], metadata, 120)
+    proxy.partition()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(call_with_deadline, send, LOST_REQUEST_DEADLINE_S, "send_offsets_to_transaction",
+                               partial(why_offsets_wait, held, worker, group))
+            time.sleep(1.0)  # the partition's length, not a wait for a condition: the request is held
+            proxy.heal(reset=True)
+            healed = time.monotonic()
+            with pytest.raises(DeadlineExceeded, match="answers this worker, yet the call has waited"):
+                call.result(LOST_REQUEST_DEADLINE_S + 30)
+            assert time.monotonic() - healed < LOST_REQUEST_DEADLINE_S / 2
+    finally:
+        held.close()
+    retry = transactional_producer(servers, transactional_id)  # fences the given-up one, aborts its transaction
+    transaction(retry, b"retried", 2)
+    assert [r.value for r in read_committed(proxied.bootstrap_servers, output)] == [b"first", b"retried"]
+
+
 # ----------------------------------------------------------------------- a running query
 
 PARTITION_S = 6

@@ -365,16 +365,18 @@ def test_a_cached_producer_is_replaced_when_the_groups_coordinator_moved_or_cann
     assert _coordinator_moved(WorkerProducer("id", None, 1, group_coordinator=last), now) is moved
 
 
-@pytest.mark.parametrize("known, now, reason", [(1, 2, "moved from broker 1 to broker 2"), (1, 1, None),
-                                                (1, None, None), (None, 2, None)])
-def test_a_call_waiting_on_the_groups_coordinator_is_given_up_once_the_coordinator_moved_to_another_broker(
-        monkeypatch, known, now, reason):
-    # An unknown coordinator is most likely moving: a new producer would wait as long.
+@pytest.mark.parametrize("known, now, waited, reason", [
+    (1, 2, 3.0, "moved from broker 1 to broker 2"), (1, 1, 3.0, None), (1, None, 30.0, None), (None, 2, 30.0, None),
+    (1, 1, 5.0, "broker 1, answers this worker, yet the call has waited 5 s: its request was lost"),
+])
+def test_a_call_waiting_on_the_groups_coordinator_is_given_up_once_it_moved_or_answers_while_the_call_waits(
+        monkeypatch, known, now, waited, reason):
+    # An unknown coordinator is most likely moving or cut off: a new producer would wait as long.
     from pyspark_eos.sink import producer_pool
-    from pyspark_eos.sink.producer_pool import WorkerProducer, coordinator_moved_away
+    from pyspark_eos.sink.producer_pool import WorkerProducer, why_offsets_wait
 
     monkeypatch.setattr(producer_pool, "_group_coordinator", lambda held, group_id: now)
-    given_up = coordinator_moved_away(None, WorkerProducer("id", None, 1, group_coordinator=known), "group")
+    given_up = why_offsets_wait(None, WorkerProducer("id", None, 1, group_coordinator=known), "group", waited)
     assert (given_up is None) if reason is None else (reason in given_up)
 
 

@@ -7,7 +7,8 @@ The call runs in a thread; past the deadline the caller gets ``DeadlineExceeded`
 the client as lost (it is still inside the call and can do nothing else): a transactional producer
 is dropped, and the next attempt of its task fences its transactional id, which aborts whatever
 it had open. Where the caller can tell that the call will not end by itself (the group's coordinator
-moved to another broker while the producer still waits for the old one), it gives it up then.
+moved to another broker while the producer still waits for the old one, or answers while the call
+still waits for a request lost with its connection), it gives it up then.
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ CHECK_EVERY_S = 2.0
 
 
 def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str,
-                       give_up: Callable[[], str | None] | None = None) -> T:
+                       give_up: Callable[[float], str | None] | None = None) -> T:
     """``call``'s result, or ``DeadlineExceeded`` after ``timeout_s``; or earlier, once ``give_up``
-    (asked while the call runs) names why the call will not end by itself."""
+    (asked while the call runs, with the seconds it has waited) names why the call will not end by
+    itself."""
     outcome: dict[str, object] = {}
 
     def run() -> None:
@@ -56,15 +58,16 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str,
     return outcome["result"]
 
 
-def _joined(thread: threading.Thread, deadline: float, give_up: Callable[[], str | None] | None) -> str | None:
+def _joined(thread: threading.Thread, deadline: float, give_up: Callable[[float], str | None] | None) -> str | None:
     """Waits for ``thread`` until ``deadline``; the reason ``give_up`` gave, if it gave one first."""
-    check_at = time.monotonic() + FIRST_CHECK_S if give_up is not None else deadline
+    started = time.monotonic()
+    check_at = started + FIRST_CHECK_S if give_up is not None else deadline
     while thread.is_alive():
         now = time.monotonic()
         if now >= deadline:
             return None
         if now >= check_at:
-            reason = give_up()
+            reason = give_up(now - started)
             if reason and thread.is_alive():
                 return reason
             check_at = time.monotonic() + CHECK_EVERY_S

@@ -26,6 +26,9 @@ from .transactional_id_factory import SlotLease, process_token
 log = logging.getLogger(__name__)
 
 COORDINATOR_LOOKUP_TIMEOUT_S = 5.0
+# A send_offsets_to_transaction takes milliseconds: one still waiting this long while the group's
+# coordinator answers this worker will not end by itself (offsets_wait_verdict).
+STUCK_AFTER_S = 5.0
 
 
 @dataclass
@@ -85,17 +88,31 @@ def _group_coordinator(held: Held, group_id: str | None) -> int | None:
     return coordinator
 
 
-def coordinator_moved_away(held: Held, worker: WorkerProducer, group_id: str | None) -> str | None:
-    """Why ``worker``'s call waiting on the group's coordinator (``send_offsets_to_transaction``)
-    will not end by itself: the coordinator moved to another broker since the task began, and
-    librdkafka may wait for the old one until the task's deadline (deadline.py). None while it is
-    where it was, or cannot be found (moving: a new producer would wait as well)."""
+def why_offsets_wait(held: Held, worker: WorkerProducer, group_id: str | None, waited_s: float) -> str | None:
+    """Why ``worker``'s ``send_offsets_to_transaction``, waiting for ``waited_s``, will not end by
+    itself (offsets_wait_verdict), asking where the group's coordinator is now; None if it may."""
     if worker.group_coordinator is None:
         return None
-    now = _group_coordinator(held, group_id)
-    if now is None or now == worker.group_coordinator:
+    return offsets_wait_verdict(worker.group_coordinator, _group_coordinator(held, group_id), waited_s)
+
+
+def offsets_wait_verdict(before: int, now: int | None, waited_s: float) -> str | None:
+    """Why a ``send_offsets_to_transaction`` that began with the group's coordinator on broker
+    ``before``, finds it on ``now`` (None: not found) and has waited ``waited_s``, will not end by
+    itself (deadline.py), or None while it may.
+
+    librdkafka can wait until the task's deadline (the transaction timeout) in two cases: for the
+    old coordinator after the coordinator moved, and for the answer to a request lost with its
+    connection (held by a network partition, then reset: it is not sent again). A coordinator that
+    cannot be found is most likely moving or cut off, and a new producer would wait as well."""
+    if now is None:
         return None
-    return f"the group's coordinator moved from broker {worker.group_coordinator} to broker {now} meanwhile"
+    if now != before:
+        return f"the group's coordinator moved from broker {before} to broker {now} meanwhile"
+    if waited_s >= STUCK_AFTER_S:
+        return (f"the group's coordinator, broker {now}, answers this worker, yet the call has waited "
+                f"{waited_s:.0f} s: its request was lost with a connection")
+    return None
 
 
 def _coordinator_moved(cached: WorkerProducer, coordinator: int | None) -> bool:

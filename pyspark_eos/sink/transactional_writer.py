@@ -36,8 +36,8 @@ from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgre
 from .idempotent_writes import batch_write_target, refuse_group_in_foreach_batch, stream_target
 from .options import SinkOptions
 from .produce_records import produce_records
-from .producer_pool import (WorkerProducer, admin_for, cached_slot, coordinator_moved_away, delivery_failures, discard,
-                            producer_for)
+from .producer_pool import (WorkerProducer, admin_for, cached_slot, delivery_failures, discard, producer_for,
+                            why_offsets_wait)
 from .rebalance import raise_if_rebalanced
 from .records import RecordColumns
 from .task_failures import DeliveryErrors, FailureContext, TopicCheck, explain
@@ -182,7 +182,7 @@ class _WriteTask:
             call_with_deadline(
                 lambda: producer.send_offsets_to_transaction(send.offsets, send.group_metadata, COMMIT_TIMEOUT_S),
                 self.held.settings.transaction_timeout_ms / 1000, "send_offsets_to_transaction",
-                give_up=partial(coordinator_moved_away, self.held, self.worker, group_id) if group_id else None)
+                give_up=partial(why_offsets_wait, self.held, self.worker, group_id) if group_id else None)
         except KafkaException as error:
             if send.stamp is not None:
                 raise_if_rebalanced(error, send.stamp, self.claim, self.task.describe())
