@@ -226,11 +226,13 @@ class _LoadingCoordinator:
         return {groups[0]: _Answer(self.answers.pop(0))}
 
 
-def test_the_join_waits_for_a_loading_coordinator_which_would_cost_librdkafkas_join_two_seconds():
+def test_the_join_waits_for_a_loading_coordinator_which_would_cost_librdkafkas_join_two_seconds(monkeypatch):
+    from pyspark_eos.kafka import backoff
     from pyspark_eos.source.group_rebalance import described_once_loaded
 
     admin, slept = _LoadingCoordinator(KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS), []
-    assert described_once_loaded(admin, "g", 10.0, sleep=slept.append) == "description"
+    monkeypatch.setattr(backoff.time, "sleep", slept.append)
+    assert described_once_loaded(admin, "g", 10.0) == "description"
     assert admin.asked == 3 and 0 < sum(slept) < 0.5
 
 
@@ -241,5 +243,5 @@ def test_a_coordinator_that_refuses_or_is_not_ready_in_time_is_not_waited_for(co
 
     admin = _LoadingCoordinator(code, code)
     with pytest.raises(KafkaException):
-        described_once_loaded(admin, "g", wait_s, sleep=lambda _: None)
+        described_once_loaded(admin, "g", wait_s)
     assert admin.asked == 1

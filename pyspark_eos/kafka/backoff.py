@@ -64,16 +64,18 @@ LEADERSHIP_CODES = frozenset({
 
 
 def with_retries(call: Callable[[], T], what: str, timeout_s: float = 60.0, backoff: Backoff = Backoff(),
-                 on_retry: Callable[[KafkaException], None] | None = None, also: frozenset[int] = frozenset()) -> T:
-    """``call()``, retried on retriable Kafka errors (and those whose code is in ``also``) for at
-    most ``timeout_s``; ``on_retry(error)`` runs before each retry."""
+                 on_retry: Callable[[KafkaException], None] | None = None, also: frozenset[int] = frozenset(),
+                 retriable: frozenset[int] = RETRIABLE_CODES) -> T:
+    """``call()``, retried on the errors whose code is in ``retriable`` (by default those that pass
+    once leadership, coordinators or connections settle) or in ``also`` for at most ``timeout_s``;
+    ``on_retry(error)`` runs before each retry."""
     deadline = time.monotonic() + timeout_s
     for attempt, delay in enumerate(backoff.delays(), start=1):
         try:
             return call()
         except KafkaException as error:
             remaining = deadline - time.monotonic()
-            if not (is_retriable(error) or error_code(error) in also) or remaining <= 0:
+            if error_code(error) not in retriable | also or remaining <= 0:
                 raise
             log.info("%s: %s; retry %d in %.2f s", what, error, attempt, min(delay, remaining))
             if on_retry is not None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Iterable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError
 
-from ..kafka.backoff import Backoff, error_code
+from ..kafka.backoff import Backoff, with_retries
 from ..kafka.group_offsets import describe_group
 
 log = logging.getLogger(__name__)
@@ -75,24 +75,15 @@ def _describe(admin, group_id: str, coordinator_wait_s: float = 0.0):
         return None
 
 
-def described_once_loaded(admin, group_id: str, wait_s: float, sleep: Callable[[float], None] = time.sleep,
-                          clock: Callable[[], float] = time.monotonic):
+def described_once_loaded(admin, group_id: str, wait_s: float):
     """The group's description, asked again for up to ``wait_s`` while its coordinator is loading.
 
     A member's JoinGroup answered NOT_COORDINATOR costs it about 2 s: librdkafka backs its next
     join off by 1 s and starts one at most once a second. A join made once the coordinator answers
     a DescribeGroups is not answered so."""
-    deadline = clock() + wait_s
-    for delay in _LOADING_BACKOFF.delays():
-        try:
-            return describe_group(admin, group_id, _DESCRIBE_TIMEOUT_S)
-        except KafkaException as error:
-            if error_code(error) not in _COORDINATOR_LOADING or clock() + delay > deadline:
-                raise
-            log.info("consumer group %r: its coordinator is not ready (%s); asking again in %.2f s", group_id,
-                     error, delay)
-            sleep(delay)
-    raise AssertionError("unreachable")
+    return with_retries(lambda: describe_group(admin, group_id, _DESCRIBE_TIMEOUT_S),
+                        f"consumer group {group_id!r}: its coordinator is not ready", wait_s, _LOADING_BACKOFF,
+                        retriable=_COORDINATOR_LOADING)
 
 
 def make_static_member_leave(config: dict, subscription: list[str], instance_id: str, timeout_s: float) -> None:
