@@ -12,6 +12,7 @@ from the driver's REST API, which needs the session's UI on (``ui_conf``).
 """
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -265,14 +266,26 @@ def task_attempts(spark) -> list[TaskAttempt]:
     """Every task attempt of the session's application, from the driver's REST API
     (``/api/v1/applications/<app id>/stages?details=true``)."""
     context = spark.sparkContext
-    url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages?details=true"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        stages = json.load(response)
+    stages = _ui_json(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/stages?details=true")
     return sorted(
         (TaskAttempt(stage["stageId"], stage["attemptId"], task["taskId"], task["index"], task["attempt"],
                      task["executorId"], task["host"], task["status"], bool(task.get("speculative")))
          for stage in stages for task in (stage.get("tasks") or {}).values()),
         key=lambda t: t.task_id)
+
+
+def _ui_json(url: str, attempts: int = 3):
+    """The JSON a driver's UI answers at ``url``. Its Jetty gives up writing a response that has
+    been idle for 8 s and ends it short, which a loaded machine can cause: a short answer is asked
+    again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return json.load(response)
+        except (json.JSONDecodeError, http.client.IncompleteRead) as exc:
+            if attempt == attempts:
+                raise
+            log.warning("the driver's UI answered %s short (%s): asking again", url, exc)
 
 
 def speculative_attempts(spark) -> list[TaskAttempt]:
