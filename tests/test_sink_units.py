@@ -486,10 +486,21 @@ def _sink(**options) -> SinkOptions:
     ({}, False, None, {"WRITE"}),
 ])
 def test_the_driver_checks_the_ids_and_claims_operations_the_tasks_will_use(options, streaming, scope, claims):
-    from pyspark_eos.sink.driver_checks import claims_operations_needed, id_scope
+    from pyspark_eos.sink.driver_checks import claims_operations_needed
+    from pyspark_eos.sink.transactional_id_factory import id_scope
 
-    assert id_scope(_sink(**options), streaming) == scope
+    sink = _sink(**options)
+    assert id_scope(sink.group_id, sink.txn_app_id, "" if streaming else None) == scope
     assert claims_operations_needed(_sink(**options), streaming) == claims
+
+
+def test_a_tasks_transactional_ids_begin_with_what_the_driver_checked():
+    from pyspark_eos.sink.transactional_id_factory import id_scope, transactional_id
+
+    for group, app in ((None, None), ("g", None), (None, "nightly")):
+        checked = f"p.{id_scope(group, app, '')}"
+        assert transactional_id("p", id_scope(group, app, "3f2a"), "1", 0).startswith(checked)
+    assert id_scope(None, None, "3f2a") == "query-3f2a" and id_scope(None, None, None) is None
 
 
 @pytest.mark.parametrize("code, start", [

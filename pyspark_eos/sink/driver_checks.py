@@ -23,7 +23,7 @@ from ..kafka.cluster import connected, contact_admin
 from ..kafka.held_clients import close_client
 from ..kafka.options import files_explained, left_to_executors
 from .options import EXACTLY_ONCE, SinkOptions
-from .transactional_id_factory import transactional_id
+from .transactional_id_factory import id_scope, transactional_id
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +32,6 @@ log = logging.getLogger(__name__)
 PROBE_EXECUTOR = "driver-check"
 _UNSUPPORTED = {"_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION", "UNSUPPORTED_FOR_MESSAGE_FORMAT"}
 _UNAVAILABLE = {"_TIMED_OUT", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"}
-
-
-def id_scope(options: SinkOptions, streaming: bool) -> str | None:
-    """The part of the tasks' transactional ids after the prefix (transactional_writer._id_scope),
-    as far as the driver knows it: None where it cannot tell (a batch write without a group or
-    txnAppId takes ``no-group``, or ``query-<id>`` inside foreachBatch)."""
-    if options.group_id:
-        return options.group_id
-    if options.txn_app_id:
-        return f"app-{options.txn_app_id}"
-    return "query-" if streaming else None
 
 
 def transactions_refusal(code: str, id_prefix: str, servers: str, timeout_s: float, timeout_ms: int) -> str | None:
@@ -100,7 +89,7 @@ def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: floa
         return
     try:
         decided = options.delivery_guarantee != EXACTLY_ONCE or _check_claims(options, streaming, timeout_s)
-        scope = id_scope(options, streaming)
+        scope = id_scope(options.group_id, options.txn_app_id, "" if streaming else None)
         if scope is not None:
             _probe_transactions(options, scope, timeout_s)
     except (KafkaException, KafkaClientError) as error:

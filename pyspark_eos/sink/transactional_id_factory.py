@@ -70,6 +70,18 @@ def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int
     return f"{prefix}.{group_id or 'no-group'}.{executor}.{slot}"
 
 
+def id_scope(group_id: str | None, txn_app_id: str | None, query_id: str | None) -> str | None:
+    """What a transactional id names besides its prefix: the group, or else the write's app id or
+    streaming query, so that two pipelines without a group (executor ids repeat between
+    applications) never share ids and fence each other; None: ``no-group``. ``query_id`` "" gives
+    what the ids of every streaming query share (the driver's checks know no query id)."""
+    if group_id:
+        return group_id
+    if txn_app_id:
+        return f"app-{txn_app_id}"
+    return None if query_id is None else f"query-{query_id}"
+
+
 # The slot directory of each id stem (all but the slot's number) this process leased under: where
 # an attempt finds which process holds an id of its executor now (current_holder).
 _directories: dict[str, Path] = {}

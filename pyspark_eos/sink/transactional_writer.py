@@ -43,7 +43,7 @@ from .records import RecordColumns
 from .task_failures import DeliveryErrors, FailureContext, TopicCheck, explain
 from .task_info import EosKafkaCommitMessage, TaskInfo
 from .task_progress import ProgressKey, RecordDigest
-from .transactional_id_factory import lease_slot
+from .transactional_id_factory import id_scope, lease_slot
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +63,11 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
     held = worker_resources.use(settings, (options.transactional_id_prefix, options.group_id))
     target = _commit_target(options, task, progress_plan, batch_write)  # a write without its key fails here
     context = FailureContext(held, task.batch_id is not None, options.commits_input_offsets, options.records_progress)
-    with lease_slot(options.transactional_id_prefix, _id_scope(options, task), cached_slot(held)) as lease:
+    scope = id_scope(options.group_id, options.txn_app_id, task.query_id or None)
+    with lease_slot(options.transactional_id_prefix, scope, cached_slot(held)) as lease:
         worker = producer_for(held, lease, options.group_id)
         steps.ended("producer")
         return _WriteTask(task, held, worker, target, context, options.stable_offsets_timeout_ms, steps).run(records)
-
-
-def _id_scope(options: SinkOptions, task: TaskInfo) -> str | None:
-    """What a transactional id names besides its prefix: the group, or else the write's app id or
-    streaming query, so that two pipelines without a group (executor ids repeat between
-    applications) never share ids and fence each other."""
-    if options.group_id:
-        return options.group_id
-    if options.txn_app_id:
-        return f"app-{options.txn_app_id}"
-    return f"query-{task.query_id}" if task.query_id else None
 
 
 def _commit_target(options: SinkOptions, task: TaskInfo, progress_plan: PlanRecord | None, batch_write: bool):
