@@ -35,11 +35,16 @@ class DriverKill:
     copies: dict[str, FileCopy]  # by source: "files", "rate", "random"
     first: dict[str, list]  # each pipeline's output after the crash
     restarted: subprocess.CompletedProcess
+    logs: Path  # both drivers' output: crashed.err, restarted.err (and .out)
 
 
-def run_driver(bootstrap: str, queries: list[dict], *extra: str) -> subprocess.CompletedProcess:
+def run_driver(bootstrap: str, queries: list[dict], logs: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The driver's run; its stdout and stderr are also kept in ``logs`` (.out, .err) for a failure to be read."""
     command = [sys.executable, str(JOB), bootstrap, json.dumps(queries), *extra]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    logs.with_suffix(".out").write_text(done.stdout)
+    logs.with_suffix(".err").write_text(done.stderr)
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +57,7 @@ def driver_kill(kafka, tmp_path_factory) -> DriverKill:
               "checkpoint": narrow.checkpoint, "prefix": "eos-kafka"},
              copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate"),
              copies["random"].spec(f"random:{copies['random'].input}")]
-    crashed = run_driver(kafka.bootstrap_servers, specs, "arm")
+    crashed = run_driver(kafka.bootstrap_servers, specs, tmp_path / "crashed", "arm")
     assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
     for spec in specs:  # each batch 0 is in Kafka (output, and offsets or progress), not in the commit log
         assert logged_batches(spec["checkpoint"], "offsets") - logged_batches(spec["checkpoint"], "commits") == {"0"}, \
@@ -60,7 +65,8 @@ def driver_kill(kafka, tmp_path_factory) -> DriverKill:
     first = {"narrow": narrow.output_values(), **{source: copy.output_ids() for source, copy in copies.items()}}
     for name, output in first.items():
         assert output, f"{name}: the crashed batch should have committed its Kafka transactions"
-    return DriverKill(narrow, copies, first, run_driver(kafka.bootstrap_servers, specs))
+    return DriverKill(narrow, copies, first, run_driver(kafka.bootstrap_servers, specs, tmp_path / "restarted"),
+                      tmp_path)
 
 
 def test_the_replayed_batch_of_a_pipeline_with_a_group_is_not_written_again(driver_kill):
@@ -83,7 +89,7 @@ def test_the_replayed_batch_of_a_file_or_rate_copy_is_not_written_again(driver_k
                 assert_whole_rate_batches(ids)
         except AssertionError as failed:
             stands = _where_the_output_stands(copy, driver_kill.restarted)
-            raise AssertionError(f"{source}: {failed}\n{stands}") from None
+            raise AssertionError(f"{source}: {failed}\n{stands}\nthe drivers' logs: {driver_kill.logs}") from None
         assert set(first) <= set(ids)
         last_batch = max(int(b) for b in copy.batches("commits"))
         assert set(copy.progress().values()) == {last_batch + 1}
