@@ -491,7 +491,7 @@ def test_the_driver_checks_the_ids_and_claims_operations_the_tasks_will_use(opti
 
     sink = _sink(**options)
     assert id_scope(sink.group_id, sink.txn_app_id, "" if streaming else None) == scope
-    assert claims_operations_needed(_sink(**options), streaming) == claims
+    assert claims_operations_needed(sink, streaming) == claims
 
 
 def test_a_tasks_transactional_ids_begin_with_what_the_driver_checked():
