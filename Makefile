@@ -8,8 +8,8 @@ PYTEST_PROCESSES ?= 3
 BENCH_ARGS ?=
 COMPAT_ARGS ?=
 CHAOS_SEED ?=
-CHAOS_FAULTS ?= 200
-CHAOS_MINUTES ?= 120
+CHAOS_FAULTS ?= 1000
+CHAOS_MINUTES ?= 150
 RELEASE_ARGS ?=
 
 .PHONY: demo test setup broker-jars dist release bench chaos compat release-tests spin model

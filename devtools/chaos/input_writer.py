@@ -16,6 +16,8 @@ import time
 
 from confluent_kafka import KafkaException, Producer
 
+from .verifiers import CAMPAIGN_CLIENT
+
 log = logging.getLogger(__name__)
 
 _TIMEOUT_S = 60
@@ -68,7 +70,7 @@ class InputWriter(threading.Thread):
             self.error = error
 
     def _producer(self) -> Producer:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
+        producer = Producer({**CAMPAIGN_CLIENT, "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
                              "transaction.timeout.ms": 60000, "linger.ms": 5})
         producer.init_transactions(_TIMEOUT_S)
         return producer

@@ -28,6 +28,11 @@ from pyspark_eos.testing.embedded_kafka import kafka_tool_command
 from pyspark_eos.testing.output_check import Record, committed_offsets, last_stable_offsets, read_committed
 
 _OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort"}
+# The campaign's own clients reconnect to a restarted broker within a second, as the query's do
+# (pyspark_eos.kafka.options): with librdkafka's default back-off, up to 10 s, a broker bounce's
+# baseline (the input's end) waited some 8 s for the broker it had lost, between the fault and its
+# recovery's measure.
+CAMPAIGN_CLIENT = {"reconnect.backoff.max.ms": 1000}
 
 
 def input_id(value: bytes) -> str:
@@ -47,7 +52,7 @@ class OutputWatcher(threading.Thread):
         self.seen: dict[str, tuple[int, int]] = {}
         self.duplicates = 0
         self.first_duplicate: str | None = None
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-watch-{uuid.uuid4().hex[:8]}",
+        self._consumer = Consumer({**CAMPAIGN_CLIENT, "bootstrap.servers": bootstrap, "group.id": f"chaos-watch-{uuid.uuid4().hex[:8]}",
                                    "isolation.level": "read_committed", "enable.auto.commit": False,
                                    "enable.partition.eof": True})
         self._assignment = [TopicPartition(output, p, 0) for p in range(partitions)]
@@ -163,7 +168,7 @@ def _check_one(check: FinalCheck, record: Record, expected: dict[str, Record], s
 def _admin(bootstrap: str) -> AdminClient:
     """One admin client per cluster for the campaign's frequent checks (a client each time would
     cost a connection and a line of librdkafka noise per check)."""
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient({**CAMPAIGN_CLIENT, "bootstrap.servers": bootstrap})
 
 
 def _committed(bootstrap: str, group: str, topic: str, require_stable: bool) -> dict[int, int]:
@@ -213,7 +218,8 @@ def _group_reader(bootstrap: str, group: str) -> Consumer:
     """The progress sampler's client, asked every second: a consumer follows the group's coordinator
     from broker to broker, where admin clients' OffsetFetch requests crashed the campaign's process
     (SIGSEGV) during broker bounces. read_uncommitted: it does not wait for open transactions."""
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted",
+    return Consumer({**CAMPAIGN_CLIENT, "bootstrap.servers": bootstrap, "group.id": group,
+                     "isolation.level": "read_uncommitted",
                      "enable.auto.commit": "false", "log_level": 0})
 
 
