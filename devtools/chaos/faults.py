@@ -310,8 +310,8 @@ NETWORK_KINDS = frozenset(kind for kind in KINDS if kind.startswith(("network-",
 # The mix of a campaign of a thousand faults in about two hours on 2 cores (docs/chaos.md): most often
 # the kills that cut a write task's transaction at one of its points (seconds each); the kinds that
 # start a new Spark application (20-40 s each) and the stall past the transaction timeout least.
-WEIGHTS = {"worker-kill": 14, "executor-kill": 5, "executor-stall": 1.5, "driver-kill": 0.75, "checkpoint-lost": 0.5,
-           "broker-bounce": 2.5, "transaction-timeout": 0.75, "partitions-added": 0.5, "second-instance": 0.5,
+WEIGHTS = {"worker-kill": 18, "executor-kill": 6, "executor-stall": 1.5, "driver-kill": 0.6, "checkpoint-lost": 0.4,
+           "broker-bounce": 1.5, "transaction-timeout": 0.5, "partitions-added": 0.5, "second-instance": 0.4,
            "network-latency": 1.5, "network-slow": 1, "network-partition": 1.5, "connection-resets": 1.5,
            "connections-refused": 1.5}
 
@@ -320,7 +320,7 @@ class Schedule:
     """A seeded sequence of (kind, gap before it, the fault's own random source): every kind once
     in a random order first, then kinds drawn by weight."""
 
-    def __init__(self, seed: int, kinds: list[str], max_gap_s: float = 1.0):
+    def __init__(self, seed: int, kinds: list[str], max_gap_s: float = 0.5):
         unknown = sorted(set(kinds) - set(KINDS))
         if unknown:
             raise ValueError(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
