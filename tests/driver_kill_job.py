@@ -8,7 +8,8 @@ JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), "random:D
 files repartitioned by rand(): a non-deterministic plan), or "kafka:INPUT:GROUP" (copy_query.py).
 With "arm", the driver dies once every query has committed a batch in Kafka, before Spark's
 commit log. A query that fails lets the others run to their end, and the driver then fails with
-its error.
+its error; before that it prints one line, ``outcomes {JSON}``: each query's error by its name
+(narrow, files, rate, random), null for one that ran to its end.
 """
 import json
 import sys
@@ -54,6 +55,15 @@ def writer(spark, bootstrap: str, spec: dict):
     return eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"], spec["checkpoint"])
 
 
+def query_name(spec: dict) -> str:
+    source = spec["source"]
+    if source.startswith("kafka:"):
+        return "narrow"
+    if source.startswith("random:"):
+        return "random"
+    return "rate" if source == "rate" else "files"
+
+
 def main(bootstrap: str, queries: str, *extra: str) -> None:
     specs = json.loads(queries)
     spark = local_spark_session("local[2]", app_name="eos-kafka any-source job")
@@ -61,12 +71,15 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
         for directory in executor_local_dirs(spark):
             arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
     started = [writer(spark, bootstrap, spec).start() for spec in specs]
-    failures = []
+    failures, outcomes = [], {}
     for spec, query in zip(specs, started):  # every query to its end, a failed one's error raised after the others
         try:
             await_end(query) if spec["source"].startswith("kafka:") else query.awaitTermination()
+            outcomes[query_name(spec)] = None
         except Exception as error:  # noqa: BLE001 - raised below
             failures.append(error)
+            outcomes[query_name(spec)] = f"{type(error).__name__}: {error}"[:4000]
+    print("outcomes", json.dumps(outcomes), flush=True)
     if failures:
         raise failures[0]
     print("finished", [query.id for query in started])

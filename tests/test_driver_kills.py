@@ -37,6 +37,18 @@ class DriverKill:
     restarted: subprocess.CompletedProcess
     logs: Path  # both drivers' output: crashed.err, restarted.err (and .out)
 
+    @property
+    def outcomes(self) -> dict[str, str | None]:
+        """Each restarted query's error by name (narrow, files, rate, random); None: it ran to its end."""
+        lines = [line for line in self.restarted.stdout.splitlines() if line.startswith("outcomes ")]
+        assert lines, f"the restarted driver reported no outcomes ({self.logs}): {self.restarted.stderr[-3000:]}"
+        return json.loads(lines[-1].removeprefix("outcomes "))
+
+    def assert_ran_to_its_end(self, name: str) -> None:
+        """A failed restarted query explains missing output: say so, with its error."""
+        assert self.outcomes[name] is None, (f"the restarted {name} query failed: {self.outcomes[name]}\n"
+                                             f"the drivers' logs: {self.logs}")
+
 
 def run_driver(bootstrap: str, queries: list[dict], logs: Path, *extra: str) -> subprocess.CompletedProcess:
     """The driver's run; its stdout and stderr are also kept in ``logs`` (.out, .err) for a failure to be read."""
@@ -70,6 +82,7 @@ def driver_kill(kafka, tmp_path_factory) -> DriverKill:
 
 
 def test_the_replayed_batch_of_a_pipeline_with_a_group_is_not_written_again(driver_kill):
+    driver_kill.assert_ran_to_its_end("narrow")
     assert set(driver_kill.first["narrow"]) <= set(driver_kill.narrow.output_values())
     try:
         driver_kill.narrow.assert_exactly_once()
@@ -81,6 +94,7 @@ def test_the_replayed_batch_of_a_pipeline_with_a_group_is_not_written_again(driv
 def test_the_replayed_batch_of_a_file_or_rate_copy_is_not_written_again(driver_kill):
     for source in ("files", "rate"):
         copy, first = driver_kill.copies[source], driver_kill.first[source]
+        driver_kill.assert_ran_to_its_end(source)
         ids = copy.output_ids()
         try:
             if source == "files":
@@ -112,6 +126,7 @@ def test_a_replay_of_a_non_deterministic_plan_fails_loudly_and_writes_nothing(dr
     copy, first, restarted = driver_kill.copies["random"], driver_kill.first["random"], driver_kill.restarted
     assert len(first) == len(set(first)) == PER_FILE  # one file: the batch Spark did not log as done
     assert restarted.returncode != 0 and "finished" not in restarted.stdout
+    assert "NonDeterministicReplayError" in (driver_kill.outcomes["random"] or ""), driver_kill.outcomes
     assert "NonDeterministicReplayError" in restarted.stderr and "is not deterministic" in restarted.stderr, \
         restarted.stderr[-4000:]
     assert sorted(copy.output_ids()) == sorted(first)
