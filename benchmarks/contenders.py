@@ -242,10 +242,14 @@ def _writer(ground: Ground, frame, fmt: str, output: str, options: dict):
 
 def python_stream_copy(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int) -> Run:
     """Spark's part of a Python pipeline: python_stream's source and sink, the same records in the
-    same micro-batches and read tasks as eos-kafka's copy (one per core), no Kafka (``source`` unused)."""
+    same micro-batches and read tasks as eos-kafka's copy (one per core), no Kafka (``source`` unused).
+    Its schema is given, as the eos-kafka copy's is (COPY_SCHEMA): without one Spark makes the
+    source's Python instance in load(), before the query's clock starts; with one, at the query's
+    start (PythonDataSourceV2.getOrCreateDataSourceInPython), and each contender pays that there."""
     ground.spark.dataSource.register(NullStream)
     counts = ground.work / unique("null-stream-counts")
-    frame = (ground.spark.readStream.format(NullStream.name()).option("records", records).option("size", size)
+    frame = (ground.spark.readStream.format(NullStream.name()).schema(COPY_SCHEMA).option("records", records)
+             .option("size", size)
              .option("tasks", ground.spark.sparkContext.defaultParallelism).option("maxOffsetsPerTrigger", batch)
              .load())
     return _run_stream(ground, "python-stream", frame, NullStream.name(), {"counts": str(counts)}, partitions,
