@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
-from devtools.chaos.campaign import split_recovery
+from devtools.chaos.campaign import Campaign, split_recovery
 from devtools.chaos.faults import KINDS, NETWORK_KINDS, NETWORK_SCOPES, Schedule
 from devtools.chaos.query import death_cause
 from devtools.chaos.verifiers import FinalCheck, _check_one
@@ -86,6 +88,16 @@ def test_recovery_is_counted_from_the_faults_start_and_after_its_own_time(took, 
     fault = {"took_s": took, "applied_s": applied}
     split_recovery(fault, waited)
     assert (fault["recovered_s"], fault["after_s"]) == (recovered, after)
+
+
+def test_recovery_is_timed_from_the_faults_end_however_long_the_input_end_took_to_read():
+    # After a hard-killed broker, reading the input's end waits for the cluster as the query does:
+    # those seconds are recovery, not a pause before its clock starts.
+    committed = SimpleNamespace(latest=lambda: 100)
+    rig = SimpleNamespace(query=SimpleNamespace(alive=lambda: True, pid=1), expected_exits=set())
+    waited = Campaign.__new__(Campaign)._wait_recovered(rig, committed, 100, "broker-bounce",
+                                                        since=time.monotonic() - 12.0)
+    assert 12.0 <= waited < 13.0
 
 
 @pytest.mark.release

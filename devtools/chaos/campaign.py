@@ -192,13 +192,16 @@ class Campaign:
             kind, gap, rng = schedule.next()
             time.sleep(gap)  # the schedule's pause between faults
             fault = self._fire(rig, kind, rng, schedule.fired)
+            ended = time.monotonic()
             # Recovered: everything written before the fault ended is committed (a stalled task's
-            # partitions included: the other tasks' commits alone do not count).
+            # partitions included: the other tasks' commits alone do not count). Asking for the
+            # input's end waits for the cluster as the query does (a hard-killed broker's partitions
+            # have no leader until its session times out): the clock runs from the fault's end.
             try:
                 baseline = input_end_total(rig.cluster.bootstrap_servers, rig.topics)
             except KafkaException:
                 baseline = tracker.latest() + 1
-            waited = self._wait_recovered(rig, tracker, baseline, kind)
+            waited = self._wait_recovered(rig, tracker, baseline, kind, since=ended)
             split_recovery(fault, waited)
             log.info("fault %d/%d at %.0f s: %s %s -> %s", schedule.fired, self.settings.faults, fault["at_s"], kind,
                      fault["details"], f"recovered in {fault['recovered_s']} s (the fault itself {fault['took_s']} s, "
@@ -219,10 +222,12 @@ class Campaign:
         self.faults.append(fault)
         return fault
 
-    def _wait_recovered(self, rig: Rig, tracker: ProgressTracker, baseline: int, what: str) -> float | None:
-        """Seconds until the committed offsets over the input add up to ``baseline``; None if they
-        do not in time. A query that died by itself meanwhile is recorded and restarted."""
-        waiting = time.monotonic()
+    def _wait_recovered(self, rig: Rig, tracker: ProgressTracker, baseline: int, what: str,
+                        since: float | None = None) -> float | None:
+        """Seconds from ``since`` (default: now) until the committed offsets over the input add up
+        to ``baseline``; None if they do not in time. A query that died by itself meanwhile is
+        recorded and restarted."""
+        waiting = time.monotonic() if since is None else since
         while time.monotonic() - waiting < RECOVERY_TIMEOUT_S:
             if tracker.latest() >= baseline:
                 return round(time.monotonic() - waiting, 1)

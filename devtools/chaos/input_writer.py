@@ -70,8 +70,9 @@ class InputWriter(threading.Thread):
             self.error = error
 
     def _producer(self) -> Producer:
-        producer = Producer({**CAMPAIGN_CLIENT, "bootstrap.servers": self.bootstrap, "transactional.id": self.transactional_id,
-                             "transaction.timeout.ms": 60000, "linger.ms": 5})
+        producer = Producer({**CAMPAIGN_CLIENT, "bootstrap.servers": self.bootstrap,
+                             "transactional.id": self.transactional_id, "transaction.timeout.ms": 60000,
+                             "linger.ms": 5})
         producer.init_transactions(_TIMEOUT_S)
         return producer
 

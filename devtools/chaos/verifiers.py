@@ -29,9 +29,8 @@ from pyspark_eos.testing.output_check import Record, committed_offsets, last_sta
 
 _OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort"}
 # The campaign's own clients reconnect to a restarted broker within a second, as the query's do
-# (pyspark_eos.kafka.options): with librdkafka's default back-off, up to 10 s, a broker bounce's
-# baseline (the input's end) waited some 8 s for the broker it had lost, between the fault and its
-# recovery's measure.
+# (pyspark_eos.kafka.options), not after librdkafka's default back-off of up to 10 s: their checks
+# then see the cluster as the query does.
 CAMPAIGN_CLIENT = {"reconnect.backoff.max.ms": 1000}
 
 
