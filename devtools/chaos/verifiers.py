@@ -51,7 +51,8 @@ class OutputWatcher(threading.Thread):
         self.seen: dict[str, tuple[int, int]] = {}
         self.duplicates = 0
         self.first_duplicate: str | None = None
-        self._consumer = Consumer({**CAMPAIGN_CLIENT, "bootstrap.servers": bootstrap, "group.id": f"chaos-watch-{uuid.uuid4().hex[:8]}",
+        self._consumer = Consumer({**CAMPAIGN_CLIENT, "bootstrap.servers": bootstrap,
+                                   "group.id": f"chaos-watch-{uuid.uuid4().hex[:8]}",
                                    "isolation.level": "read_committed", "enable.auto.commit": False,
                                    "enable.partition.eof": True})
         self._assignment = [TopicPartition(output, p, 0) for p in range(partitions)]
