@@ -55,7 +55,7 @@ from pyspark_eos.testing.output_check import last_stable_offsets
 
 from devtools.processes import WorkerSampler
 
-from .python_stream import NullStream, counted
+from .python_stream import SCHEMA as NULL_STREAM_SCHEMA, NullStream, counted
 from .workload import (SteadyInput, busy_fraction, count_committed, cpu_spent, cpu_times, process_cpu_seconds,
                        sent_at_ns, unique, write_input)
 
@@ -248,8 +248,8 @@ def python_stream_copy(ground: Ground, source: str, partitions: int, records: in
     start (PythonDataSourceV2.getOrCreateDataSourceInPython), and each contender pays that there."""
     ground.spark.dataSource.register(NullStream)
     counts = ground.work / unique("null-stream-counts")
-    frame = (ground.spark.readStream.format(NullStream.name()).schema(COPY_SCHEMA).option("records", records)
-             .option("size", size)
+    frame = (ground.spark.readStream.format(NullStream.name()).schema(NULL_STREAM_SCHEMA)
+             .option("records", records).option("size", size)
              .option("tasks", ground.spark.sparkContext.defaultParallelism).option("maxOffsetsPerTrigger", batch)
              .load())
     return _run_stream(ground, "python-stream", frame, NullStream.name(), {"counts": str(counts)}, partitions,
