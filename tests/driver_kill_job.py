@@ -73,12 +73,13 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
     started = [writer(spark, bootstrap, spec).start() for spec in specs]
     failures, outcomes = [], {}
     for spec, query in zip(specs, started):  # every query to its end, a failed one's error raised after the others
+        name = query_name(spec)
         try:
-            await_end(query) if spec["source"].startswith("kafka:") else query.awaitTermination()
-            outcomes[query_name(spec)] = None
+            await_end(query) if name == "narrow" else query.awaitTermination()
+            outcomes[name] = None
         except Exception as error:  # noqa: BLE001 - raised below
             failures.append(error)
-            outcomes[query_name(spec)] = f"{type(error).__name__}: {error}"[:4000]
+            outcomes[name] = f"{type(error).__name__}: {error}"[:4000]
     print("outcomes", json.dumps(outcomes), flush=True)
     if failures:
         raise failures[0]
