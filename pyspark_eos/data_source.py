@@ -75,13 +75,14 @@ def _sink_options(options, schema: StructType, streaming: bool = False) -> SinkO
     # Here, on the driver, an unreachable cluster or a missing topic fails the batch before any task
     # opens a transaction. Spark builds the writer again for every micro-batch: the lookup is made
     # once per process.
+    from .kafka.at_once import all_at_once
     from .kafka.cluster import check_output
-
-    check_output(parsed.kafka, parsed.bootstrap_servers, parsed.topic, parsed.connect_timeout_ms / 1000,
-                 parsed.transaction_timeout_ms)
     from .sink.driver_checks import check_sink_can_commit
 
-    check_sink_can_commit(parsed, streaming, parsed.connect_timeout_ms / 1000)
+    timeout_s = parsed.connect_timeout_ms / 1000
+    all_at_once([lambda: check_output(parsed.kafka, parsed.bootstrap_servers, parsed.topic, timeout_s,
+                                      parsed.transaction_timeout_ms),
+                 lambda: check_sink_can_commit(parsed, streaming, timeout_s)])
     return parsed
 
 

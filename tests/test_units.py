@@ -83,6 +83,33 @@ def test_a_call_with_a_deadline_returns_raises_or_is_given_up():
     never.set()
 
 
+def test_checks_run_at_once_give_their_results_in_order_and_raise_the_first_failure_once_all_ended():
+    import threading
+
+    from pyspark_eos.kafka.at_once import all_at_once
+
+    # The two waits only end if both calls run at the same time.
+    first, second = threading.Event(), threading.Event()
+    assert all_at_once([lambda: second.set() or first.wait(5) and 1, lambda: first.set() or second.wait(5) and 2]) \
+        == [1, 2]
+    ended = []
+    slow = threading.Event()
+
+    def later_failure():
+        slow.wait(5)
+        ended.append("later")
+        raise KeyError("later")
+
+    def earlier_failure():
+        slow.set()
+        raise ValueError("earlier")
+
+    with pytest.raises(ValueError, match="earlier"):  # the first in order, not the first to fail
+        all_at_once([earlier_failure, later_failure])
+    assert ended == ["later"]  # raised only once the other call had ended
+    assert all_at_once([]) == []
+
+
 def test_a_call_whose_give_up_names_a_reason_is_given_up_before_its_deadline_and_one_without_is_not(monkeypatch):
     import threading
     import time

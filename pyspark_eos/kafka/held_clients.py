@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, TypeVar
@@ -69,20 +70,24 @@ class Registry:
         self.clock = clock
         # Insertion order is use order (a used configuration is moved to the end): least recently used first.
         self._held: dict[tuple, Held] = {}
+        # The driver's checks of one configuration run in threads at once (kafka/at_once): each
+        # must find the one Held, whose facts record what was checked.
+        self._lock = threading.Lock()
 
     def use(self, settings: ClientSettings, scope: Hashable = ()) -> Held:
         """What this process holds for ``settings`` and ``scope`` (what else tells configurations
         apart), marked used now; closes what it holds for the others that are idle or too many."""
         now = self.clock()
         key = (os.getpid(), settings, scope)
-        held = self._held.pop(key, None) or Held(settings)
-        held.last_used = now
-        self._held[key] = held
-        used = list(self._held)
-        stale = [key for key in used if now - self._held[key].last_used > self.idle_close_s]
-        stale += [key for key in used[:-self.kept] if key not in stale]
-        for key in stale:
-            closing = self._held.pop(key)
+        with self._lock:
+            held = self._held.pop(key, None) or Held(settings)
+            held.last_used = now
+            self._held[key] = held
+            used = list(self._held)
+            stale = [key for key in used if now - self._held[key].last_used > self.idle_close_s]
+            stale += [key for key in used[:-self.kept] if key not in stale]
+            closed = [self._held.pop(key) for key in stale]
+        for closing in closed:
             log.info("closing %d client(s) of %s last used %.0f s ago (%s)", len(closing.clients), self.what,
                      now - closing.last_used, ", ".join(closing.clients) or "none")
             closing.close()

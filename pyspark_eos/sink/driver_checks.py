@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollectio
 
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka import driver_resources
+from ..kafka.at_once import all_at_once
 from ..kafka.cluster import connected, contact_admin
 from ..kafka.held_clients import close_client
 from ..kafka.options import files_explained, left_to_executors
@@ -87,11 +88,12 @@ def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: floa
            options.claims_topic, options.transaction_timeout_ms, options.delivery_guarantee, streaming)
     if key in checked:
         return
+    scope = id_scope(options.group_id, options.txn_app_id, "" if streaming else None)
+    checks = [lambda: options.delivery_guarantee != EXACTLY_ONCE or _check_claims(options, streaming, timeout_s)]
+    if scope is not None:
+        checks.append(lambda: _probe_transactions(options, scope, timeout_s))
     try:
-        decided = options.delivery_guarantee != EXACTLY_ONCE or _check_claims(options, streaming, timeout_s)
-        scope = id_scope(options.group_id, options.txn_app_id, "" if streaming else None)
-        if scope is not None:
-            _probe_transactions(options, scope, timeout_s)
+        decided = all_at_once(checks)[0]
     except (KafkaException, KafkaClientError) as error:
         text = error.args[0].str() if isinstance(error, KafkaException) else str(error)
         if not left_to_executors(text, options.kafka, "the sink's transactions and claims"):
