@@ -39,12 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     for number in ("--partitions", "--records", "--batch", "--size"):
         parser.add_argument(number, type=int, required=True)
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the job's session (over the recommended ones)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.perf_counter()
-    ground = contenders.start_ground(args.bootstrap, args.work)
+    ground = contenders.start_ground(args.bootstrap, args.work, dict(setting.split("=", 1) for setting in args.conf))
     session_s = time.perf_counter() - started
     try:
         copy = COPIES[args.contender]

@@ -37,6 +37,15 @@ FAST_EXECUTOR_LOSS = {
 }
 
 
+# The Spark settings docs/deployment.md recommends beside pyspark-eos-python (warm_python): Spark's
+# JVM talks to its Python processes over Unix domain sockets instead of loopback TCP (PySpark 4.1
+# and later; 4.0 ignores it). Over TCP, each task's Python data source reader started reading tens of
+# milliseconds after the task's writer, every micro-batch (docs/performance.md).
+RECOMMENDED_CONF = {"spark.python.unix.domain.socket.enabled": "true"}
+# Spark's own defaults for what RECOMMENDED_CONF sets: a session as a user's without it.
+SPARK_DEFAULTS = {"spark.python.unix.domain.socket.enabled": "false"}
+
+
 def spark_java_options() -> str:
     """The driver's and executors' JVM options: the project's logging, jvm_options' extras, and the
     class archive of the Spark home local_spark_session launches (a JVM of another home ignores it)."""
@@ -129,7 +138,8 @@ def warm_python() -> str:
 
 
 def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: Mapping[str, str] | None = None):
-    """Build (or return the active) SparkSession bound to 127.0.0.1 with quiet logging."""
+    """Build (or return the active) SparkSession bound to 127.0.0.1 with quiet logging and the
+    recommended settings (RECOMMENDED_CONF, which ``conf`` may override)."""
     from pyspark.sql import SparkSession
 
     # Workers must run the same interpreter (and so see the same installed packages) as the driver;
@@ -149,7 +159,7 @@ def local_spark_session(master: str = LOCAL, app_name: str = "eos-kafka", conf: 
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
     )
-    for key, value in (conf or {}).items():
+    for key, value in {**RECOMMENDED_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     with _spark_home_for_launch():
         return builder.getOrCreate()
@@ -233,6 +243,7 @@ def local_connect_server(log_file: Path, master: str = LOCAL, timeout: float = 1
                "--conf", f"spark.connect.grpc.binding.port={port}",
                "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+               *(part for key, value in RECOMMENDED_CONF.items() for part in ("--conf", f"{key}={value}")),
                "--driver-java-options", java_options]
     with open(log_file, "w") as log_output:
         server = subprocess.Popen(command, stdout=log_output, stderr=subprocess.STDOUT, env=env)
