@@ -298,7 +298,7 @@ KEPT_UP_CATCH_UP_S = 5.0
 def latency(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     rows = []
     for rate in scale.latency_rates:
-        part = [_latency_row(ground, scale, name, rate) for name in (EOS, SPARK)]
+        part = [latency_row(ground, scale, name, rate) for name in (EOS, SPARK)]
         print(f"\nEnd-to-end latency at {rate:,} records/s for {scale.latency_seconds:g} s (produced -> read by a "
               f"read_committed consumer; the first {LATENCY_SETTLE:.0%} left out)")
         header = ["contender", "p50 ms", "p99 ms", "max ms", "records", "batches", "batch p50 ms", "catch-up s",
@@ -314,7 +314,7 @@ def latency(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     return rows
 
 
-def _latency_row(ground: Ground, scale: Scale, name: str, rate: int) -> dict:
+def latency_row(ground: Ground, scale: Scale, name: str, rate: int) -> dict:
     run = contenders.steady_copy(ground, name, scale.partitions, rate, scale.latency_seconds, probe=True)
     first = min((sent for sent, _ in run.latencies), default=0)
     settled = [ms for sent, ms in sorted(run.latencies)
