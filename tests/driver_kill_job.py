@@ -7,9 +7,11 @@ QUERIES_JSON: a list of {"source", "topic", "checkpoint", "prefix"}; a source is
 JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), "random:DIRECTORY" (the
 files repartitioned by rand(): a non-deterministic plan), or "kafka:INPUT:GROUP" (copy_query.py).
 With "arm", the driver dies once every query has committed a batch in Kafka, before Spark's
-commit log. A query that fails lets the others run to their end, and the driver then fails with
-its error; before that it prints one line, ``outcomes {JSON}``: each query's error by its name
-(narrow, files, rate, random), null for one that ran to its end.
+commit log, and no write task's claim is released (RELEASES_OFF): the releases a driver's death
+can take with it before the workers' producers deliver them. A query that fails lets the others
+run to their end, and the driver then fails with its error; before that it prints one line,
+``outcomes {JSON}``: each query's error by its name (narrow, files, rate, random), null for one
+that ran to its end.
 """
 import json
 import sys
@@ -18,7 +20,7 @@ try:  # run as a script: tests/ is first on sys.path
     from copy_query import await_end, copy_writer
 except ImportError:  # imported by the tests (test_any_source) as tests.driver_kill_job
     from .copy_query import await_end, copy_writer
-from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, arm
+from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, RELEASES_OFF, arm
 from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
 
 RATE_ROWS_PER_BATCH = 30
@@ -70,6 +72,7 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
     if "arm" in extra:
         for directory in executor_local_dirs(spark):
             arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
+            arm(RELEASES_OFF, directory)
     started = [writer(spark, bootstrap, spec).start() for spec in specs]
     failures, outcomes = [], {}
     for spec, query in zip(specs, started):  # every query to its end, a failed one's error raised after the others

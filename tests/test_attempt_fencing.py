@@ -126,6 +126,35 @@ def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(gr
     assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [lease.transactional_id.encode()]
 
 
+def test_an_earlier_applications_unreleased_claim_does_not_fence_the_id_a_task_of_this_one_holds(
+        ground, tmp_path, monkeypatch):
+    # A query without a group, restarted in a new application after its driver died: the dead run's
+    # attempt claimed, and its release never left the worker (a release is sent without waiting).
+    # Executor ids and slot numbers repeat between applications, so its transactional id is held
+    # again, by task 0 of the new run, mid-transaction, while task 1 of the new run (another slot)
+    # reads the unreleased claim. Task 0's producer was made under the new run's plan record, after
+    # that claim: its init_transactions fenced the dead attempt already. Run with initialized_since
+    # always False, task 1 fences the id again and task 0's commit fails fenced.
+    prefix, earlier = unique_name("slots"), ground.plan()
+    spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
+            "topic": earlier.topic, "plan": earlier.offset, "input": INPUT}
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "earlier-application"))
+    dead = subprocess.run([sys.executable, "-c", DYING_WORKER, json.dumps(spec)], capture_output=True, text=True,
+                          timeout=120)
+    assert dead.returncode == 0, dead.stderr
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "this-application"))
+    later = ground.claims.open_plan(ground.group, lookback_ms=60000)
+    assert later.since <= earlier.offset
+    with lease_slot(prefix, ground.group, records_producer=True) as task0_slot:
+        assert task0_slot.transactional_id == dead.stdout.strip()  # the same id, in another application
+        task0 = ground.open_transaction(task0_slot.transactional_id)  # aborts the dead attempt's transaction
+        task0_slot.record_producer((later.topic, later.offset))
+        with lease_slot(prefix, ground.group) as task1_slot:
+            ground.claim(later, 1, task1_slot.transactional_id)  # the dead claim is older and unreleased
+        task0.commit_transaction(30)  # fails fenced (PRODUCER_FENCED) had task 1 fenced its id
+    assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [task0_slot.transactional_id.encode()]
+
+
 def test_a_claim_written_twice_by_a_retry_is_one_attempts_claim(ground):
     # The claims producer is not idempotent (claims_producer): a retry whose first copy was written
     # but not acknowledged leaves that copy before the acknowledged one. The attempt neither takes

@@ -8,6 +8,13 @@ committed its first batch in Kafka:
 - a copy of the files repartitioned by rand(), whose replay puts records in other tasks: it must
   fail, writing nothing.
 Broken (the replay check skipping nothing), the first three write their replayed batch twice.
+
+The crashed run's claims stay unreleased, as when the driver's death takes its workers' releases
+with it. The restarted application's executor ids and slot numbers, and with them the
+transactional ids of the copies without a group, repeat the dead one's: an attempt that fenced
+such a claim's id again aborted the transaction of a task of its own application holding it (or
+the producer a worker kept for its next task), and the query failed. That holder's
+init_transactions came after the claim, so the attempt leaves the id alone (attempt_fencing).
 """
 from __future__ import annotations
 

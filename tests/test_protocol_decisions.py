@@ -19,11 +19,12 @@ from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
                                               decide_progress_commit)
-from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence, taken_over_since
+from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence, initialized_since, taken_over_since
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.sink.task_progress import ProgressKey, committed_plan, progress_metadata
+from pyspark_eos.sink.transactional_id_factory import SlotHolder
 
 from .test_sink_units import _columns, _digest
 
@@ -99,6 +100,25 @@ def test_step4_a_claim_whose_slot_another_process_holds_now_is_not_fenced():
     assert not taken_over_since(dead, own, None)  # not a slot this process knows
     assert not taken_over_since(dataclasses.replace(dead, slots="executor-1-of-app-2"), own, "worker-c")
     assert not taken_over_since(dataclasses.replace(dead, holder=""), own, "worker-c")  # claimed before claims named it
+
+
+def test_step4_an_id_whose_holder_was_initialized_after_the_claim_is_not_fenced_again():
+    # A query without a group restarted in a new application: the dead run's claim (offset 12) lost
+    # its release, and the same id (executor ids and slots repeat) is held again here, by a producer
+    # made under the new run's plan record (offset 20): its init_transactions fenced the claim.
+    dead = dataclasses.replace(claim(10, 5, "t-slot-0", 12), slots="executor-of-app-1", holder="worker-a")
+    assert initialized_since(dead, "claims", ("claims", 20))
+    assert not initialized_since(dead, "claims", ("claims", 11))  # made before the claim: the zombie may be newer
+    assert not initialized_since(dead, "claims", ("claims", 12))
+    assert not initialized_since(dead, "claims", None)  # not recorded (a pipeline with a group, an older writer)
+    assert not initialized_since(dead, "claims", ("other-claims", 20))  # offsets of another topic order nothing
+
+
+def test_a_slots_lock_file_names_its_holder_and_what_its_producer_was_initialized_after():
+    assert SlotHolder.parse("") == SlotHolder("")
+    assert SlotHolder.parse("123-45-ab") == SlotHolder("123-45-ab")  # a lease that records nothing
+    assert SlotHolder.parse("123-45-ab ?", busy=True) == SlotHolder("123-45-ab", busy=True, pending=True)
+    assert SlotHolder.parse("123-45-ab 20 claims") == SlotHolder("123-45-ab", ("claims", 20))
 
 
 def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fenced_nor_a_reason_to_refuse():

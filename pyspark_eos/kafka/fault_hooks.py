@@ -43,10 +43,13 @@ STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ
 STALL_OFFSETS_PENDING = "stall-offsets-pending"
 READ_STALL_POINTS = (STALL_OFFSETS_PENDING,)
 
-# A switch, not a fault: while on, write tasks skip attempt fencing, so a test can show the
-# duplicates it prevents.
+# Switches, not faults. While on, write tasks skip attempt fencing, so a test can show the
+# duplicates it prevents; or they send no release of their claims, as when a driver dies right
+# after its tasks committed and takes their workers with it before their producers delivered the
+# releases (sent without waiting).
 ATTEMPT_FENCING_OFF = "attempt-fencing-off"
-SWITCHES = (ATTEMPT_FENCING_OFF,)
+RELEASES_OFF = "releases-off"
+SWITCHES = (ATTEMPT_FENCING_OFF, RELEASES_OFF)
 
 
 def _load_handler() -> ModuleType | None:

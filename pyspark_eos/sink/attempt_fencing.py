@@ -60,13 +60,13 @@ from confluent_kafka import KafkaException
 
 from ..errors import ConfigurationError, StaleAttemptError
 from ..kafka.clients import init_transactional_producer
-from ..kafka.fault_hooks import ATTEMPT_FENCING_OFF, switched_off
+from ..kafka.fault_hooks import ATTEMPT_FENCING_OFF, RELEASES_OFF, switched_off
 from ..kafka.held_clients import Held
 from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_record, read_claims
 from ..protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
-from .fence_decision import FenceOutcome, decide_fence, taken_over_since
+from .fence_decision import FenceOutcome, decide_fence, initialized_since, taken_over_since
 from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,10 @@ class AttemptClaim:
             )
         for zombie in verdict.to_fence:
             with current_holder(zombie.transactional_id) as holder:
-                if taken_over_since(zombie, own, holder):
-                    log.info("%s (%s): not fencing %s (%s): its transactional id %r has been taken over by another "
-                             "process of this executor since, whose init_transactions ended its transaction",
+                token, after = (holder.token, holder.initialized_after) if holder else (None, None)
+                if taken_over_since(zombie, own, token) or initialized_since(zombie, self.topic, after):
+                    log.info("%s (%s): not fencing %s (%s): its transactional id %r is held by a process of this "
+                             "executor whose init_transactions came after that claim and ended its transaction",
                              own.task, own.order, zombie.task, zombie.order, zombie.transactional_id)
                     continue
                 fence(self.clients, zombie, own)
@@ -119,7 +120,10 @@ class AttemptClaim:
                             timeout_s)
 
     def release(self) -> None:
-        # Fire and forget: a lost release costs a later attempt one needless fence, nothing more.
+        # Fire and forget: a lost release costs a later attempt one needless fence, nothing more
+        # (never a fence of an id a live task holds since: enforce).
+        if switched_off(RELEASES_OFF):
+            return
         released = replace(self.claim, kind=RELEASE, offset=-1)
         try:
             producer = self.clients.producer()

@@ -74,6 +74,17 @@ def _taken_over(claim: Claim, records: list) -> bool:
         and r.slots == claim.slots and r.offset > claim.offset and r.order != claim.order for r in records)
 
 
+def initialized_since(zombie: Claim, topic: str, initialized_after: tuple[str, int] | None) -> bool:
+    """Whether the producer that holds ``zombie``'s transactional id in this executor now was
+    initialized after ``zombie`` claimed (in claims topic ``topic``): after a record appended later
+    than the claim (``initialized_after``, its task's plan record: (topic, offset)). The zombie's
+    own init_transactions came before its claim, so that later init fenced it already, and fencing
+    again would only abort the holder's transaction. That holder can be a task of another
+    application than the zombie's: executor ids and slot numbers repeat between applications, and
+    with them the transactional ids of a query without a group."""
+    return initialized_after is not None and initialized_after[0] == topic and initialized_after[1] > zombie.offset
+
+
 def taken_over_since(zombie: Claim, own: Claim, holder: str | None) -> bool:
     """Whether the slot of ``zombie``'s transactional id, one of this attempt's executor, names
     another process than the one that claimed (``holder``: its lock file's holder now). A process

@@ -40,6 +40,10 @@ class WorkerProducer:
     # The group's coordinator when this producer's last task began (None: no group, or not known).
     group_coordinator: int | None = None
     outages: BrokerOutages | None = None
+    # The claims topic's record (topic, offset) this producer's init_transactions came after: the
+    # plan record of the task that made it, when it has one. A claim before it under this id was
+    # fenced by that init.
+    initialized_after: tuple[str, int] | None = None
 
     def close(self) -> None:
         close_client(self.producer)
@@ -50,9 +54,17 @@ class WorkerProducer:
 PRODUCER = "producer"
 
 
-def producer_for(held: Held, lease: SlotLease, group_id: str | None) -> WorkerProducer:
-    """The producer of ``lease``'s slot; ``group_id``: the group whose input offsets its tasks
-    send, if any."""
+def producer_for(held: Held, lease: SlotLease, group_id: str | None,
+                 plan: tuple[str, int] | None = None) -> WorkerProducer:
+    """The producer of ``lease``'s slot, recorded in the slot (SlotLease.record_producer);
+    ``group_id``: the group whose input offsets its tasks send, if any; ``plan``: the task's plan
+    record (topic, offset), appended before the task started, if it has one."""
+    worker = _producer_for(held, lease, group_id, plan)
+    lease.record_producer(worker.initialized_after)
+    return worker
+
+
+def _producer_for(held: Held, lease: SlotLease, group_id: str | None, plan: tuple[str, int] | None) -> WorkerProducer:
     cached = held.clients.get(PRODUCER)
     # Looked up for a new producer too: the coordinator its first task sends offsets to is the one
     # its next task must find unchanged.
@@ -66,15 +78,16 @@ def producer_for(held: Held, lease: SlotLease, group_id: str | None) -> WorkerPr
         log.info("slot moved (%s -> %s); replacing this worker's producer", cached.transactional_id,
                  lease.transactional_id)
     held.drop(PRODUCER)
-    return held.client(PRODUCER, lambda: _new_worker_producer(held, lease, coordinator))
+    return held.client(PRODUCER, lambda: _new_worker_producer(held, lease, coordinator, plan))
 
 
-def _new_worker_producer(held: Held, lease: SlotLease, coordinator: int | None) -> WorkerProducer:
+def _new_worker_producer(held: Held, lease: SlotLease, coordinator: int | None,
+                         plan: tuple[str, int] | None) -> WorkerProducer:
     outages = BrokerOutages()
     producer = _new_producer(held, lease.transactional_id, outages)
     producer.poll(0)  # what happened before init_transactions succeeded is no outage of this producer
     outages.seen = False
-    return WorkerProducer(lease.transactional_id, producer, os.getpid(), lease.slot, coordinator, outages)
+    return WorkerProducer(lease.transactional_id, producer, os.getpid(), lease.slot, coordinator, outages, plan)
 
 
 def _group_coordinator(held: Held, group_id: str | None) -> int | None:

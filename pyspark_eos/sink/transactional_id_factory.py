@@ -17,6 +17,11 @@ lease records who held the slot last, and a task chooses, in order:
 A free slot whose last holder is a live (idle) worker is left to it. So the ids grow to the
 number of Python workers that write at the same time or keep a producer, bounded by PySpark's
 worker pool, not by the number of tasks, and a dead worker's id is taken over by the next task.
+
+A slot's lock file names its holder's token and, once its producer is ready, the claims log's
+offset that producer was initialized after (a plan record its task began under): an attempt about
+to fence an id reads there whether a task of this executor holds that id now, and whether its
+``init_transactions`` already fenced the claim in question (attempt_fencing).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import fcntl
 import hashlib
 import itertools
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from itertools import count
@@ -64,6 +70,42 @@ class SlotLease:
     transactional_id: str
     slot: int
     previous_holder: str
+    path: Path | None = None  # the slot's lock file
+
+    def record_producer(self, initialized_after: tuple[str, int] | None) -> None:
+        """Record in the slot's lock file, held by this lease, that its producer was initialized
+        after a record of a claims topic was appended: (topic, offset); None: not known."""
+        if self.path is None or initialized_after is None:
+            return
+        topic, offset = initialized_after
+        text = f"{process_token()} {offset} {topic}".encode()
+        fd = os.open(self.path, os.O_WRONLY)
+        try:  # written over the lease's shorter "token ?" first: a reader never sees the file empty
+            os.pwrite(fd, text, 0)
+            os.ftruncate(fd, len(text))
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class SlotHolder:
+    """What a slot's lock file says of its holder now."""
+
+    token: str  # "" while nobody ever held it
+    # The claims topic's record (topic, offset) its producer was initialized after, if recorded.
+    initialized_after: tuple[str, int] | None = None
+    busy: bool = False  # a running task holds the slot
+    pending: bool = False  # its producer is being made, and will be recorded
+
+    @staticmethod
+    def parse(text: str, busy: bool = False) -> "SlotHolder":
+        token, *rest = text.split() or [""]
+        after = (rest[1], int(rest[0])) if len(rest) == 2 and rest[0].isdigit() else None
+        return SlotHolder(token, after, busy, rest == [PENDING])
+
+
+# Written after the holder's token by a lease whose producer will be recorded (record_producer).
+PENDING = "?"
 
 
 def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int) -> str:
@@ -101,49 +143,75 @@ def slot_directory(prefix: str, group_id: str | None) -> Path:
 
 
 @contextlib.contextmanager
-def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None) -> Iterator[SlotLease]:
+def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None,
+               records_producer: bool = False) -> Iterator[SlotLease]:
     """Hold a slot of this executor for the duration of one write task (see the module's docs).
 
-    ``preferred``: the slot this worker's producer was made for.
+    ``preferred``: the slot this worker's producer was made for; ``records_producer``: the task
+    will record what its producer was initialized after (SlotLease.record_producer).
     """
     directory = slot_directory(prefix, group_id)
     candidates = itertools.chain(_orphaned(directory), [] if preferred is None else [preferred], count())
     for slot in candidates:
-        with _lease(directory / f"slot-{slot}.lock", _may_take) as previous:
+        with _lease(directory / f"slot-{slot}.lock", _may_take, PENDING if records_producer else "") as previous:
             if previous is None:
                 continue
-            lease = SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous)
+            lease = SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous,
+                              directory / f"slot-{slot}.lock")
             _directories[lease.transactional_id.rpartition(".")[0]] = directory
             yield lease
             return
 
 
+# How long an attempt waits for a running task's producer to be ready before it reads the slot's
+# holder: a producer is made in well under a second, and the wait only spans that.
+PRODUCER_READY_WAIT_S = 10.0
+
+
 @contextlib.contextmanager
-def current_holder(transactional_id: str) -> Iterator[str | None]:
-    """The token of the process the slot of ``transactional_id`` names as its holder now, the slot
-    kept locked meanwhile when no task holds it, so that no task takes it over while the caller
-    acts on the answer; None for an id of slots this process never leased under (another executor,
-    another sink)."""
+def current_holder(transactional_id: str, wait_s: float = PRODUCER_READY_WAIT_S) -> Iterator[SlotHolder | None]:
+    """The holder the slot of ``transactional_id`` names now, the slot kept locked meanwhile when
+    no task holds it, so that no task takes it over while the caller acts on the answer; None for
+    an id of slots this process never leased under (another executor, another sink). A running
+    task whose producer is being made is waited for, up to ``wait_s``."""
     stem, _, slot = transactional_id.rpartition(".")
     directory = _directories.get(stem)
     try:
-        fd = os.open(directory / f"slot-{int(slot)}.lock", os.O_RDWR)
+        fd = os.open(directory / f"slot-{int(slot)}.lock", os.O_CREAT | os.O_RDWR, 0o644)
     except (TypeError, ValueError, OSError):
         yield None
         return
     try:
-        with contextlib.suppress(BlockingIOError):  # held by a running task: it keeps it
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        yield os.pread(fd, 200, 0).decode(errors="replace").strip()
+        holder = _read_holder(fd)
+        deadline = time.monotonic() + wait_s
+        while holder.busy and _being_made(holder) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            holder = _read_holder(fd)
+        yield holder
     finally:
         os.close(fd)
+
+
+def _being_made(holder: SlotHolder) -> bool:
+    """A lease still writing its holder, or a live holder whose producer is being made."""
+    return not holder.token or (holder.pending and _alive(holder.token))
+
+
+def _read_holder(fd: int) -> SlotHolder:
+    """The slot's holder, locking it first when no task holds it (a lock this fd then keeps)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = False
+    except BlockingIOError:  # held by a running task: it keeps it
+        busy = True
+    return SlotHolder.parse(os.pread(fd, 200, 0).decode(errors="replace"), busy)
 
 
 def _orphaned(directory: Path) -> list[int]:
     """Slots whose last holder has died (read without locking: ``_lease`` checks again)."""
     slots = []
     for path in directory.glob("slot-*.lock"):
-        holder = path.read_text(errors="replace").strip()
+        holder = SlotHolder.parse(path.read_text(errors="replace")).token
         if holder and holder != process_token() and not _alive(holder):
             slots.append(int(path.stem.removeprefix("slot-")))
     return sorted(slots)
@@ -170,9 +238,9 @@ def _alive(token: str) -> bool:
 
 
 @contextlib.contextmanager
-def _lease(path: Path, take) -> Iterator[str | None]:
-    """Lock ``path`` and yield its last holder, recording this process as the new one; yield None
-    if it is locked or ``take(last holder)`` declines it."""
+def _lease(path: Path, take, mark: str) -> Iterator[str | None]:
+    """Lock ``path`` and yield its last holder, recording this process as the new one (and
+    ``mark``); yield None if it is locked or ``take(last holder)`` declines it."""
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         try:
@@ -180,12 +248,12 @@ def _lease(path: Path, take) -> Iterator[str | None]:
         except BlockingIOError:
             yield None
             return
-        previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        previous = SlotHolder.parse(os.pread(fd, 200, 0).decode(errors="replace")).token
         if not take(previous):
             yield None  # left as it was: its holder's producer stays valid
             return
         os.ftruncate(fd, 0)
-        os.pwrite(fd, process_token().encode(), 0)
+        os.pwrite(fd, f"{process_token()} {mark}".strip().encode(), 0)
         yield previous
     finally:
         os.close(fd)  # releases the lock
