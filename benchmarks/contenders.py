@@ -48,7 +48,7 @@ from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog
 from pyspark_eos.sink.attempt_fencing import claim_attempt
 from pyspark_eos.testing.embedded_kafka import create_topic, kafka_tool_command
 from pyspark_eos.testing.fault_injection import ATTEMPT_FENCING_OFF, HOOKS_ENV, arm
-from pyspark_eos.testing.local_spark import (COMPILED_SPARK_HOME_ENV, SPARK_DEFAULTS as SPARK_DEFAULT_CONF,
+from pyspark_eos.testing.local_spark import (COMPILED_SPARK_HOME_ENV, SPARK_DEFAULTS,
                                              executor_local_dirs, jars_not_in_spark, local_spark_session,
                                              spark_home_with_compiled_zip)
 from pyspark_eos.testing.maven_jars import SPARK_KAFKA_CONNECTOR
@@ -396,7 +396,7 @@ COMPILED_ZIP = " + compiled pyspark.zip"
 # A cold job's contender without the recommended settings that local_spark_session applies: Spark
 # starts its Python processes from this interpreter, not warm from pyspark-eos-python, and talks to
 # them over loopback TCP, Spark's default.
-SPARK_DEFAULTS = " + Spark's defaults"
+WITH_SPARK_DEFAULTS = " + Spark's defaults"
 
 
 def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: int, name: str, size: int,
@@ -404,14 +404,14 @@ def cold_job(ground: Ground, source: str, partitions: int, records: int, batch: 
     """``name``'s copy in a fresh driver process of its own (``cold_job.py``): a Spark session, one
     AvailableNow query, the end. Timed from the query's start(); the process's whole life, Spark's
     start included, is ``extra["process_s"]``. ``driver_log``: where the driver's log goes."""
-    copy = name.removesuffix(COMPILED_ZIP).removesuffix(SPARK_DEFAULTS)
+    copy = name.removesuffix(COMPILED_ZIP).removesuffix(WITH_SPARK_DEFAULTS)
     command = [sys.executable, "-m", "benchmarks.cold_job", "--contender", copy, "--bootstrap", ground.bootstrap,
                "--source", source, "--partitions", str(partitions), "--records", str(records), "--batch", str(batch),
                "--size", str(size), "--work", str(ground.work / unique("cold"))]
     env = {key: value for key, value in os.environ.items() if key != COMPILED_SPARK_HOME_ENV}
-    if name.endswith(SPARK_DEFAULTS):
+    if name.endswith(WITH_SPARK_DEFAULTS):
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        command += [f"--conf={key}={value}" for key, value in SPARK_DEFAULT_CONF.items()]
+        command += [f"--conf={key}={value}" for key, value in SPARK_DEFAULTS.items()]
     if name.endswith(COMPILED_ZIP):
         env[COMPILED_SPARK_HOME_ENV] = str(spark_home_with_compiled_zip())
     started = time.perf_counter()

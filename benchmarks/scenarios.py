@@ -172,7 +172,7 @@ def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 # eos-kafka once more with Spark's Python processes started from a plain interpreter, and with
 # them started from a compiled pyspark.zip: what the recommended setting (pyspark-eos-python) takes
 # off, and the older remedy that rewrites a Spark installation.
-COLD_CONTENDERS = (*cold_job.COPIES, EOS + contenders.SPARK_DEFAULTS, EOS + contenders.COMPILED_ZIP)
+COLD_CONTENDERS = (*cold_job.COPIES, EOS + contenders.WITH_SPARK_DEFAULTS, EOS + contenders.COMPILED_ZIP)
 
 
 def cold(ground: Ground, scale: Scale, options: Options) -> list[dict]:

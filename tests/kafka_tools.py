@@ -45,6 +45,17 @@ def transactional_producer(bootstrap: str, transactional_id: str | None = None, 
     return producer
 
 
+def offsets_transaction(producer: Producer, output: str, value: bytes, offsets: list, metadata,
+                        send=lambda call: call()) -> None:
+    """One transaction: ``value`` into partition 0 of ``output``, and a group's ``offsets``;
+    ``send`` makes the offsets' call (a test bounds it with a deadline)."""
+    producer.begin_transaction()
+    producer.produce(output, value=value, partition=0)
+    producer.flush(30)
+    send(lambda: producer.send_offsets_to_transaction(offsets, metadata, 120))
+    producer.commit_transaction(60)
+
+
 def write_transactions(bootstrap: str, topic: str, transactions: list[tuple[bool, list[tuple[int, bytes]]]],
                        headers: list[tuple[str, bytes]] | None = None) -> None:
     """Write each (commit?, [(partition, value), ...]) as one transaction, committed or aborted.

@@ -17,7 +17,8 @@ from pyspark_eos.testing import fault_injection as faults
 from devtools.chaos.verifiers import transactions
 from pyspark_eos.testing.local_spark import executor_local_dirs
 
-from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
+from .kafka_tools import (create_topic, offsets_transaction, read_committed, transactional_producer, unique_name,
+                          wait_until)
 from .spark_tools import PARTITIONS, Pipeline
 
 pytestmark = pytest.mark.cluster3
@@ -36,12 +37,8 @@ def group_with_a_commit(bootstrap: str, name: str, partitions: int, offset: int)
 
     topic = create_topic(bootstrap, unique_name(name), partitions=partitions, replication=3)
     group = unique_name(name)
-    producer = transactional_producer(bootstrap)
-    producer.begin_transaction()
-    producer.produce(topic, value=b"v", partition=0)
     metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
-    producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], metadata, 30)
-    producer.commit_transaction(30)
+    offsets_transaction(transactional_producer(bootstrap), topic, b"v", [TopicPartition(topic, 0, offset)], metadata)
     return topic, group
 
 
@@ -161,13 +158,8 @@ def test_a_producer_stuck_on_a_stopped_group_coordinator_is_given_up_once_it_mov
     metadata = member.consumer_group_metadata()
 
     def transaction(producer, value: bytes, offset: int, deadline_s: float, give_up=None) -> None:
-        producer.begin_transaction()
-        producer.produce(output, value=value, partition=0)
-        producer.flush(30)
-        call_with_deadline(lambda: producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)],
-                                                                        metadata, 120),
-                           deadline_s, "send_offsets_to_transaction", give_up)
-        producer.commit_transaction(60)
+        offsets_transaction(producer, output, value, [TopicPartition(source, 0, offset)], metadata,
+                            lambda send: call_with_deadline(send, deadline_s, "send_offsets_to_transaction", give_up))
 
     stuck = transactional_producer(bootstrap, transactional_id, **{"transaction.timeout.ms": 60000})
     transaction(stuck, b"first", 1, 30)  # the producer now knows the group's coordinator

@@ -272,7 +272,7 @@ def test_a_send_offsets_whose_request_was_lost_with_its_connection_is_given_up_o
     from pyspark_eos.kafka.options import ClientSettings
     from pyspark_eos.sink.producer_pool import WorkerProducer, why_offsets_wait
 
-    from .kafka_tools import transactional_producer
+    from .kafka_tools import offsets_transaction, transactional_producer
 
     source, output = _topic(proxied), _topic(proxied)
     group, transactional_id = unique_name("lost"), unique_name("lost")
@@ -280,15 +280,9 @@ def test_a_send_offsets_whose_request_was_lost_with_its_connection_is_given_up_o
     member = Consumer({"bootstrap.servers": servers, "group.id": group})  # alive while its metadata is used
     metadata = member.consumer_group_metadata()
 
-    def transaction(producer, value: bytes, offset: int) -> None:
-        producer.begin_transaction()
-        producer.produce(output, value=value)
-        producer.flush(30)
-        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], metadata, 60)
-        producer.commit_transaction(60)
-
     producer = transactional_producer(servers, transactional_id)
-    transaction(producer, b"first", 1)  # the producer now knows the group's coordinator
+    # the producer now knows the group's coordinator
+    offsets_transaction(producer, output, b"first", [TopicPartition(source, 0, 1)], metadata)
     held = Held(ClientSettings.of(servers, {}, 60000))
     worker = WorkerProducer(transactional_id, producer, os.getpid(), group_coordinator=1)
     producer.begin_transaction()
@@ -309,7 +303,7 @@ def test_a_send_offsets_whose_request_was_lost_with_its_connection_is_given_up_o
     finally:
         held.close()
     retry = transactional_producer(servers, transactional_id)  # fences the given-up one, aborts its transaction
-    transaction(retry, b"retried", 2)
+    offsets_transaction(retry, output, b"retried", [TopicPartition(source, 0, 2)], metadata)
     assert [r.value for r in read_committed(proxied.bootstrap_servers, output)] == [b"first", b"retried"]
 
 
