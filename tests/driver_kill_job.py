@@ -8,10 +8,10 @@ JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), "random:D
 files repartitioned by rand(): a non-deterministic plan), or "kafka:INPUT:GROUP" (copy_query.py).
 With "arm", the driver dies once every query has committed a batch in Kafka, before Spark's
 commit log, and no write task's claim is released (RELEASES_OFF): the releases a driver's death
-can take with it before the workers' producers deliver them. A query that fails lets the others
-run to their end, and the driver then fails with its error; before that it prints one line,
-``outcomes {JSON}``: each query's error by its name (narrow, files, rate, random), null for one
-that ran to its end.
+can take with it before the workers' producers deliver them. Without it, a random copy starts once
+the others ended (waves). A query that fails lets the others run to their end, and the driver then
+fails with its error; before that it prints one line, ``outcomes {JSON}``: each query's error by
+its name (narrow, files, rate, random), null for one that ran to its end.
 """
 import json
 import sys
@@ -66,6 +66,17 @@ def query_name(spec: dict) -> str:
     return "rate" if source == "rate" else "files"
 
 
+def waves(specs: list[dict], armed: bool) -> list[list[dict]]:
+    """The queries started together, wave after wave. Armed, all at once: the driver dies once each
+    has committed a batch. Restarted, the random copy (whose replay fails on purpose) after the
+    others: its failed task cancels the other one, and a task cancelled while Spark gets it a Python
+    worker makes Spark restart its Python daemon, killing every worker of the executor
+    (test_spark_ground), and with one another query's running task."""
+    if armed:
+        return [specs]
+    return [[s for s in specs if query_name(s) != "random"], [s for s in specs if query_name(s) == "random"]]
+
+
 def main(bootstrap: str, queries: str, *extra: str) -> None:
     specs = json.loads(queries)
     spark = local_spark_session("local[2]", app_name="eos-kafka any-source job")
@@ -73,20 +84,22 @@ def main(bootstrap: str, queries: str, *extra: str) -> None:
         for directory in executor_local_dirs(spark):
             arm(DRIVER_AFTER_KAFKA_COMMIT, directory, gather=len(specs))
             arm(RELEASES_OFF, directory)
-    started = [writer(spark, bootstrap, spec).start() for spec in specs]
-    failures, outcomes = [], {}
-    for spec, query in zip(specs, started):  # every query to its end, a failed one's error raised after the others
-        name = query_name(spec)
-        try:
-            await_end(query) if name == "narrow" else query.awaitTermination()
-            outcomes[name] = None
-        except Exception as error:  # noqa: BLE001 - raised below
-            failures.append(error)
-            outcomes[name] = f"{type(error).__name__}: {error}"[:4000]
+    failures, outcomes, ids = [], {}, []
+    for wave in waves(specs, "arm" in extra):
+        started = [writer(spark, bootstrap, spec).start() for spec in wave]
+        ids += [query.id for query in started]
+        for spec, query in zip(wave, started):  # every query to its end, a failed one's error raised after the others
+            name = query_name(spec)
+            try:
+                await_end(query) if name == "narrow" else query.awaitTermination()
+                outcomes[name] = None
+            except Exception as error:  # noqa: BLE001 - raised below
+                failures.append(error)
+                outcomes[name] = f"{type(error).__name__}: {error}"[:4000]
     print("outcomes", json.dumps(outcomes), flush=True)
     if failures:
         raise failures[0]
-    print("finished", [query.id for query in started])
+    print("finished", ids)
     spark.stop()
 
 

@@ -9,6 +9,12 @@ committed its first batch in Kafka:
   fail, writing nothing.
 Broken (the replay check skipping nothing), the first three write their replayed batch twice.
 
+The restarted driver starts the random copy once the others ended. Its replay's failed task
+cancels its other task, and a task cancelled while Spark gets it a Python worker makes Spark
+restart its Python daemon, which kills the worker of every running task (test_spark_ground): with
+one attempt per task in local mode, another query then failed at its replay and wrote none of its
+later batches (the file copy once failed so, its output holding only the crashed run's batch).
+
 The crashed run's claims stay unreleased, as when the driver's death takes its workers' releases
 with it. The restarted application's executor ids and slot numbers, and with them the
 transactional ids of the copies without a group, repeat the dead one's: an attempt that fenced

@@ -56,6 +56,21 @@ def test_local_mode_workers_run_this_python_on_the_driver_executor(spark):
     assert {python for _, python, _ in facts} == {sys.executable}
 
 
+def test_a_task_cancelled_while_it_waits_for_a_python_worker_makes_spark_kill_every_running_worker(tmp_path):
+    # Spark takes the interrupted wait for the daemon's answer for a lost daemon and restarts it;
+    # the daemon's shutdown hangs up on all its workers (daemon_restart_job.py). In local mode,
+    # where a task has one attempt, the running job fails. A test whose driver runs a query that
+    # fails on purpose beside others (test_driver_kills) lost another query's task so.
+    job = Path(__file__).resolve().parent / "daemon_restart_job.py"
+    done = subprocess.run([sys.executable, str(job), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    outcomes = json.loads(done.stdout.split("outcomes ", 1)[1])
+    assert outcomes["let through"] == {"running": None, "waiting": None}  # the control: nothing cancelled
+    assert "SPARK_JOB_CANCELLED" in outcomes["cancelled"]["waiting"]
+    assert "Python worker exited unexpectedly" in (outcomes["cancelled"]["running"] or ""), outcomes
+    assert "Lost connection to Python daemon, attempting to restart" in done.stderr
+
+
 @pytest.mark.spark_local_cluster
 def test_local_cluster_tasks_run_on_two_executors(spark_cluster):
     facts = spark_cluster.sparkContext.parallelize(range(16), 16).mapPartitions(worker_facts).collect()
