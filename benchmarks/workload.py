@@ -18,7 +18,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from devtools.processes import PROC, fork_servers, python_descendants
+from devtools.processes import fork_servers, python_descendants
+from pyspark_eos.protocol.process_stat import PROC, USER_TICKS, stat_fields
 from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets
 
 log = logging.getLogger(__name__)
@@ -271,10 +272,10 @@ def cpu_spent(before: dict, after: dict) -> dict[str, float]:
 def stat_seconds(pid: int) -> tuple[float, float]:
     """(own, waited-for children's) user + system CPU seconds of ``pid``; zeros once it is gone."""
     try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(pid)
     except OSError:
         return 0.0, 0.0
-    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    utime, stime, cutime, cstime = (int(f) for f in fields[USER_TICKS:USER_TICKS + 4])
     return (utime + stime) / _TICKS, (cutime + cstime) / _TICKS
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PROC = Path("/proc")
+from pyspark_eos.protocol.process_stat import PROC, parent_pid
 
 
 def _tasks(pid: int) -> list:
@@ -46,7 +46,7 @@ def fork_servers() -> list[int]:
     for entry in PROC.iterdir():
         try:
             if entry.name.isdigit() and FORK_SERVER in (entry / "cmdline").read_bytes():
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents[int(entry.name)] = parent_pid(int(entry.name))
         except OSError:
             continue
     return [pid for pid, parent in parents.items() if parent not in parents]

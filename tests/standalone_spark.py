@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devtools import python_logging
+from pyspark_eos.protocol.process_stat import START_TICKS, STATE, parent_pid, stat_fields
 from pyspark_eos.testing.embedded_kafka import free_ports, log_tail, start_dying_with_parent
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,10 @@ def _start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (with the pid, its identity), or None
     once it has exited (or is a zombie nobody reaped yet)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(pid)
     except (OSError, IndexError):
         return None
-    return None if fields[0] == "Z" else int(fields[19])
+    return None if fields[STATE] == "Z" else int(fields[START_TICKS])
 
 
 def _descendants(root: int) -> list[tuple[int, int]]:
@@ -59,7 +60,7 @@ def _descendants(root: int) -> list[tuple[int, int]]:
         if not entry.name.isdigit():
             continue
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = parent_pid(int(entry.name))
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(parent, []).append(int(entry.name))

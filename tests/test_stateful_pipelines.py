@@ -19,12 +19,12 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from pyspark_eos.protocol.process_stat import running
 from pyspark_eos.testing.fault_injection import STALL_AFTER_STABLE_READ, stall_reports
 
 from .kafka_tools import create_topic, read_committed, unique_name, wait_until
 from .spark_tools import logged_batches
 from .stateful_job import KEYS, WINDOW_S
-from .test_zombie_attempts import process_running
 
 JOB = Path(__file__).resolve().parent / "stateful_job.py"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -100,7 +100,7 @@ def run_through_faults(runs: list[StatefulRun], tmp_path: Path, *options: str) -
     stalled = stall_reports(STALL_AFTER_STABLE_READ, "stalled", stalls)
     assert len({report["query"] for report in stalled}) == len(runs), f"not every query had a stalled attempt: {stalled}"
     for report in stalled:
-        wait_until(lambda: not process_running(report["pid"]), 120, f"the resumed attempt {report} to finish")
+        wait_until(lambda: not running(report["pid"]), 120, f"the resumed attempt {report} to finish")
     assert len(stall_reports(STALL_AFTER_STABLE_READ, "resumed", stalls)) == len(runs), "a stalled attempt never resumed"
 
 

@@ -216,3 +216,22 @@ def test_a_first_contact_fails_on_refused_handshakes_only_once_every_bootstrap_s
     assert refusals.final() is None  # dropped once: a restarting broker does that too
     refusals(said("b:9093", "SSL handshake failed: Disconnected: SSL connection closed by peer"))
     assert "certificate verify failed" in refusals.final().str()
+
+
+def test_a_process_stat_line_gives_parents_start_times_and_tells_a_zombie_from_a_running_process():
+    import os
+    import subprocess
+    import sys
+
+    from pyspark_eos.protocol.process_stat import START_TICKS, parent_pid, running, stat_fields
+
+    assert parent_pid(os.getpid()) == os.getppid()
+    assert int(stat_fields(os.getpid())[START_TICKS]) > 0
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 60
+    while running(child.pid):  # exited and not reaped yet: a zombie, not running
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    assert stat_fields(child.pid)[0] == "Z"
+    child.wait()
+    assert not running(child.pid)  # reaped: gone

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_eos.kafka import fault_hooks
+from pyspark_eos.protocol.process_stat import parent_pid, running
 from pyspark_eos.workers import server_address
 from pyspark_eos.workers.fork_server import PRELOADED_MODULES
 
@@ -29,19 +30,8 @@ LAUNCHER = warm_python()
 SECRET = "a-secret-only-spark-knows"
 
 
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def command_of(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture
@@ -84,39 +74,39 @@ class SparkSide:
 def test_a_daemon_spark_starts_is_forked_from_the_fork_server_with_sparks_streams(runtime_dir, tmp_path):
     first, second = SparkSide(runtime_dir, tmp_path), SparkSide(runtime_dir, tmp_path)
     (worker, answer), (other_worker, _) = first.worker(), second.worker()
-    daemon, other_daemon = parent_of(worker), parent_of(other_worker)
+    daemon, other_daemon = parent_pid(worker), parent_pid(other_worker)
     assert answer == "ok"  # the worker read Spark's secret from the environment Spark gave the daemon
     assert daemon != first.process.pid and other_daemon != second.process.pid
-    server = parent_of(daemon)
+    server = parent_pid(daemon)
     assert "pyspark_eos.workers.fork_server" in command_of(server)
-    assert parent_of(other_daemon) == server  # one server per interpreter, both daemons forked from it
+    assert parent_pid(other_daemon) == server  # one server per interpreter, both daemons forked from it
     assert os.readlink(f"/proc/{daemon}/cwd") == str(tmp_path)
     # stdin's end stops the daemon, and its stand-in with the daemon's status (PySpark's exits 1 then)
     assert first.stop() == 1 and second.stop() == 1
-    assert not alive(daemon) and not alive(other_daemon)
+    assert not running(daemon) and not running(other_daemon)
 
 
 def test_sparks_sigterm_stops_the_forked_daemon_and_its_stand_in(runtime_dir, tmp_path):
     spark_side = SparkSide(runtime_dir, tmp_path)
     worker, _ = spark_side.worker()
-    daemon = parent_of(worker)
+    daemon = parent_pid(worker)
     spark_side.process.terminate()  # Spark's stopDaemon: Process.destroy()
     assert spark_side.process.wait(60) == 1  # PySpark's daemon exits 1 on SIGTERM
-    wait_until(lambda: not alive(daemon) and not alive(worker), 30, "the daemon and its worker to exit")
+    wait_until(lambda: not running(daemon) and not running(worker), 30, "the daemon and its worker to exit")
 
 
 def test_a_forked_daemon_killed_is_a_stand_in_killed_for_spark(runtime_dir, tmp_path):
     spark_side = SparkSide(runtime_dir, tmp_path)
-    os.kill(parent_of(spark_side.worker()[0]), signal.SIGKILL)  # as the OOM killer would
+    os.kill(parent_pid(spark_side.worker()[0]), signal.SIGKILL)  # as the OOM killer would
     assert spark_side.process.wait(60) == -signal.SIGKILL
     assert spark_side.stop() == -signal.SIGKILL  # its worker, orphaned, ends with its connection
 
 
 def test_the_server_exits_once_idle(runtime_dir, tmp_path):
     spark_side = SparkSide(runtime_dir, tmp_path, idle_seconds=1)
-    server = parent_of(parent_of(spark_side.worker()[0]))
+    server = parent_pid(parent_pid(spark_side.worker()[0]))
     assert spark_side.stop() == 1
-    wait_until(lambda: not alive(server), 30, "the idle fork server to exit")
+    wait_until(lambda: not running(server), 30, "the idle fork server to exit")
     assert not list(runtime_dir.glob("*/*.sock"))
 
 
@@ -142,7 +132,7 @@ def test_where_others_may_write_the_daemon_is_pysparks_own_in_the_started_proces
     shared.chmod(0o777)
     spark_side = SparkSide(runtime_dir, tmp_path)
     worker, answer = spark_side.worker()
-    assert answer == "ok" and parent_of(worker) == spark_side.process.pid
+    assert answer == "ok" and parent_pid(worker) == spark_side.process.pid
     assert spark_side.stop() == 1
     assert b"is not this user's alone (mode 777): starting Spark's Python process directly" in \
         spark_side.process.stderr.read()
@@ -154,7 +144,7 @@ def test_the_server_preloads_eos_kafkas_task_modules_and_pysparks_daemon():
 
 
 def server_of_this_worker(_):
-    yield command_of(parent_of(os.getppid()))
+    yield command_of(parent_pid(os.getppid()))
 
 
 def test_the_kits_spark_forks_its_python_workers_from_the_fork_server(spark):

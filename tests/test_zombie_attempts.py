@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_eos.protocol.process_stat import running
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import FAST_EXECUTOR_LOSS, LOCAL_CLUSTER, executor_local_dirs, wait_for_executors
 
@@ -60,20 +61,12 @@ class Zombie:
         self.resume_file.touch()
         wait_until(lambda: faults.stall_report(self.marker, "resumed", self.reports), 60,
                    "the stalled attempt to resume")
-        wait_until(lambda: not process_running(pid), 120, f"the resumed attempt (pid {pid}) to finish")
+        wait_until(lambda: not running(pid), 120, f"the resumed attempt (pid {pid}) to finish")
 
     def clean_up(self) -> None:
         self.resume_file.touch()  # never leave a stalled worker behind
         for path in [self.marker, *self.switches]:
             path.unlink(missing_ok=True)
-
-
-def process_running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def _run_with_zombie(spark, kafka, tmp_path, point: str, fencing: bool = True, before_resume=None,

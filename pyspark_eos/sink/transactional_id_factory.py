@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..protocol.executor_identity import executor_id, executor_local_directory
+from ..protocol.process_stat import START_TICKS, stat_fields
 
 
 
@@ -45,7 +46,7 @@ def _start_time(pid: int) -> str:
     """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid it
     names a process even after the pid is recycled."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return stat_fields(pid)[START_TICKS]
     except (OSError, IndexError):
         return "0"
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..protocol.executor_identity import executor_id, executor_local_directory
+from ..protocol.process_stat import parent_pid
 from ..workers.fork_server import STAND_IN_ENV
 from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
     ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, READ_STALL_POINTS,
@@ -280,5 +281,5 @@ def _jvm_ancestor(pid: int) -> int:
         while pid > 1:
             if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]:
                 return pid
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            pid = parent_pid(pid)
     raise RuntimeError("fault injection: no JVM among this process's ancestors")

@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol.process_stat import parent_pid
+
 log = logging.getLogger(__name__)
 
 CHUNK = 64 * 1024
@@ -88,7 +90,7 @@ def ancestors(pid: int) -> list[int]:
     while pid > 0 and pid not in chain:
         chain.append(pid)
         try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            pid = parent_pid(pid)
         except (OSError, IndexError, ValueError):
             break
     return chain
