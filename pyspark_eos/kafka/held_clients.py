@@ -94,15 +94,18 @@ class Registry:
         return held
 
 
-def close_client(client) -> None:
+def close_client(client, settled: bool = True) -> None:
     """Close a client without waiting for what it still holds: a failure is logged, not raised,
-    since it must not fail the task of another query that triggered the closing."""
+    since it must not fail the task of another query that triggered the closing. ``settled``:
+    False for a producer whose init_transactions timed out, which librdkafka goes on with: close()
+    would abort a transaction, refused during that call (a RuntimeWarning); it is only dropped."""
     try:
         # close() flushes, which waits up to message.timeout.ms for records a broker no longer
         # takes; nothing an idle configuration left queued is waited for.
         getattr(client, "purge", lambda: None)()
         # An AdminClient, and a Producer before confluent-kafka 2.13, have no close(): dropped,
         # they are destroyed.
-        getattr(client, "close", lambda: None)()
+        if settled:
+            getattr(client, "close", lambda: None)()
     except Exception as error:  # noqa: BLE001 - see above
         log.warning("closing an idle Kafka client failed: %s", error)

@@ -110,10 +110,12 @@ def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> N
     with files_explained(options.kafka):
         producer = Producer({**options.kafka, "bootstrap.servers": options.bootstrap_servers,
                              "transactional.id": probe_id, "transaction.timeout.ms": options.transaction_timeout_ms})
+    settled = False
     try:
         # A metadata request first, as for the tasks' producers (kafka.cluster.connected): sent
         # before any connection is up, init_transactions waits for librdkafka's 500 ms retry timer.
         connected(producer, options.bootstrap_servers, timeout_s).init_transactions(timeout_s)
+        settled = True
     except KafkaClientError as error:  # the metadata request: nothing refused, the tasks will tell
         log.warning("the sink's check of its transactions at %s could not ask for metadata: %s",
                     options.bootstrap_servers, error)
@@ -127,7 +129,8 @@ def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> N
             return
         raise (KafkaClientError if code in _UNAVAILABLE else ConfigurationError)(message) from error
     finally:
-        close_client(producer)
+        close_client(producer, settled)
+        del producer  # destroyed now, not with a raised error's traceback that holds this frame
 
 
 def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> bool:
