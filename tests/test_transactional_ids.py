@@ -6,8 +6,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
-from pyspark_eos.sink.transactional_id_factory import lease_slot, process_token
+from pyspark_eos.sink.transactional_id_factory import current_holder, lease_slot, process_token
 
 HOLDER = textwrap.dedent(
     """
@@ -137,3 +138,23 @@ def test_a_dead_workers_slot_goes_before_the_slot_a_worker_prefers(tmp_path, mon
         assert lease.slot == 0 and lease.previous_holder not in ("", process_token())
     with lease_slot("p", "g", preferred=1) as lease:
         assert (lease.slot, lease.previous_holder) == (1, process_token())
+
+
+def test_a_slot_names_what_its_holders_producer_was_initialized_after_and_a_fencer_waits_for_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    with lease_slot("p", "g", records_producer=True) as lease:
+        with current_holder(lease.transactional_id, wait_s=0.3) as holder:  # waited out: never recorded
+            assert (holder.token, holder.busy, holder.pending) == (process_token(), True, True)
+        recorder = threading.Timer(0.2, lease.record_producer, [("claims", 7)])
+        recorder.start()
+        with current_holder(lease.transactional_id) as holder:  # waits until the producer is recorded
+            assert (holder.busy, holder.pending, holder.initialized_after) == (True, False, ("claims", 7))
+        recorder.join()
+    with current_holder(lease.transactional_id) as holder:  # free now: locked by the reader, record kept
+        assert (holder.token, holder.busy, holder.initialized_after) == (process_token(), False, ("claims", 7))
+        with lease_slot("p", "g") as other:
+            assert other.slot == 1  # slot 0 is held by the reader meanwhile
+    with lease_slot("p", "g", preferred=0) as again:
+        again.record_producer(None)  # a producer made without a plan record: nothing to wait for
+        with current_holder(again.transactional_id, wait_s=30) as holder:
+            assert (again.slot, holder.pending, holder.initialized_after) == (0, False, None)

@@ -76,12 +76,12 @@ class SlotLease:
     def record_producer(self, initialized_after: tuple[str, int] | None) -> None:
         """Record in the slot's lock file, held by this lease, that its producer was initialized
         after a record of a claims topic was appended: (topic, offset); None: not known."""
-        if self.path is None or initialized_after is None:
+        if self.path is None:
             return
-        topic, offset = initialized_after
-        text = f"{process_token()} {offset} {topic}".encode()
+        after = () if initialized_after is None else (str(initialized_after[1]), initialized_after[0])
+        text = " ".join((process_token(), *after)).encode()
         fd = os.open(self.path, os.O_WRONLY)
-        try:  # written over the lease's shorter "token ?" first: a reader never sees the file empty
+        try:  # written over what the lease wrote, then cut: a reader never sees the file empty
             os.pwrite(fd, text, 0)
             os.ftruncate(fd, len(text))
         finally:
@@ -107,6 +107,8 @@ class SlotHolder:
 
 # Written after the holder's token by a lease whose producer will be recorded (record_producer).
 PENDING = "?"
+# A lock file's most: a token, an offset and a topic name (at most 249 characters).
+_HOLDER_BYTES = 1024
 
 
 def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int) -> str:
@@ -205,7 +207,7 @@ def _read_holder(fd: int) -> SlotHolder:
         busy = False
     except BlockingIOError:  # held by a running task: it keeps it
         busy = True
-    return SlotHolder.parse(os.pread(fd, 200, 0).decode(errors="replace"), busy)
+    return SlotHolder.parse(os.pread(fd, _HOLDER_BYTES, 0).decode(errors="replace"), busy)
 
 
 def _orphaned(directory: Path) -> list[int]:
@@ -249,7 +251,7 @@ def _lease(path: Path, take, mark: str) -> Iterator[str | None]:
         except BlockingIOError:
             yield None
             return
-        previous = SlotHolder.parse(os.pread(fd, 200, 0).decode(errors="replace")).token
+        previous = SlotHolder.parse(os.pread(fd, _HOLDER_BYTES, 0).decode(errors="replace")).token
         if not take(previous):
             yield None  # left as it was: its holder's producer stays valid
             return
