@@ -60,7 +60,7 @@ def test_step4_an_older_unreleased_claim_under_another_id_goes_into_fence_once_p
     older = claim(10, 5, "t-older", 12)
     copy = dataclasses.replace(older, offset=13)  # the same claim appended twice (a retried append)
     verdict = decide_fence(OWN, [older, copy, OWN])
-    assert verdict.outcome is FenceOutcome.FENCE and verdict.to_fence == (older,)
+    assert verdict.outcome is FenceOutcome.FENCE and verdict.to_fence == (copy,)  # an id's newest claim
 
 
 def test_step4_a_released_claim_its_own_id_or_its_own_earlier_copy_is_not_fenced():
@@ -79,7 +79,7 @@ def test_step4_a_claim_whose_id_another_attempt_claimed_under_since_is_not_fence
                                      slots="executor-1-of-app-1")
     assert decide_fence(OWN, [dead, new_holder, OWN]).outcome is FenceOutcome.PROCEED
     copy = dataclasses.replace(dead, offset=14)  # the dead attempt's own claim appended twice is no new holder
-    assert decide_fence(OWN, [dead, copy, OWN]).to_fence == (dead,)
+    assert decide_fence(OWN, [dead, copy, OWN]).to_fence == (copy,)
     before = dataclasses.replace(new_holder, offset=11)  # an earlier holder: no proof
     assert decide_fence(OWN, [before, dead, OWN]).to_fence == (dead,)
     # The same id in another application (executor ids repeat) is held under other slots: no proof.
@@ -112,6 +112,13 @@ def test_step4_an_id_whose_holder_was_initialized_after_the_claim_is_not_fenced_
     assert not initialized_since(dead, "claims", ("claims", 12))
     assert not initialized_since(dead, "claims", None)  # not recorded (a pipeline with a group, an older writer)
     assert not initialized_since(dead, "claims", ("other-claims", 20))  # offsets of another topic order nothing
+    # A later claim under the same id, from a third application, after the holder's plan (offset
+    # 14): that attempt's init may have come after the holder's, so the holder's record proves
+    # nothing about it. The decision names an id's newest claim, and the fence is not skipped.
+    third = dataclasses.replace(claim(10, 6, "t-slot-0", 16), slots="executor-of-app-3", holder="worker-c")
+    assert initialized_since(dead, "claims", ("claims", 14))
+    assert decide_fence(OWN, [dead, third, OWN]).to_fence == (third,)
+    assert not initialized_since(third, "claims", ("claims", 14))
 
 
 def test_a_slots_lock_file_names_its_holder_and_what_its_producer_was_initialized_after():

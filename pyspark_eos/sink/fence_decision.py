@@ -54,10 +54,13 @@ def unreleased(claims: Iterable[Claim]) -> list[Claim]:
 
 
 def _unreleased_older(rivals: list[Claim], own: Claim, records: list) -> list[Claim]:
+    """One claim per transactional id to fence: its newest. Whatever fences that one (this
+    attempt's init, or one the id's holder made after it: initialized_since) came after every
+    earlier claim under the id too."""
     older: dict[str, Claim] = {}
     for c in unreleased(rivals):
         if c.order < own.order and c.transactional_id != own.transactional_id and not _taken_over(c, records):
-            older.setdefault(c.transactional_id, c)
+            older[c.transactional_id] = c  # records come in offset order
     return list(older.values())
 
 

@@ -59,7 +59,11 @@ def producer_for(held: Held, lease: SlotLease, group_id: str | None,
     """The producer of ``lease``'s slot, recorded in the slot (SlotLease.record_producer);
     ``group_id``: the group whose input offsets its tasks send, if any; ``plan``: the task's plan
     record (topic, offset), appended before the task started, if it has one."""
-    worker = _producer_for(held, lease, group_id, plan)
+    try:
+        worker = _producer_for(held, lease, group_id, plan)
+    except BaseException:
+        lease.record_producer(None)  # no producer is being made any more: nobody waits for one
+        raise
     lease.record_producer(worker.initialized_after)
     return worker
 

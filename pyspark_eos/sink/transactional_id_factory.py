@@ -196,8 +196,10 @@ def current_holder(transactional_id: str, wait_s: float = PRODUCER_READY_WAIT_S)
 
 
 def _being_made(holder: SlotHolder) -> bool:
-    """A lease still writing its holder, or a live holder whose producer is being made."""
-    return not holder.token or (holder.pending and _alive(holder.token))
+    """A live holder whose producer is being made. (A slot with no holder named may be a lease
+    writing its token, or another attempt fencing a free slot for as long as that takes: not
+    waited for.)"""
+    return holder.pending and _alive(holder.token)
 
 
 def _read_holder(fd: int) -> SlotHolder:
