@@ -17,22 +17,18 @@ import json
 import os
 import sys
 import threading
-import time
 from functools import partial
 from pathlib import Path
 
 from pyspark_eos.testing.local_spark import local_spark_session
+from tests.kafka_tools import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120.0
 
 
 def wait_for(path: Path) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {DEADLINE_S:.0f} s")
-        time.sleep(0.05)
+    wait_until(path.exists, DEADLINE_S, str(path), interval=0.05)
 
 
 def hold(directory: str, value: int) -> int:
