@@ -78,12 +78,9 @@ class SlotLease:
         after a record of a claims topic was appended: (topic, offset); None: not known."""
         if self.path is None:
             return
-        after = () if initialized_after is None else (str(initialized_after[1]), initialized_after[0])
-        text = " ".join((process_token(), *after)).encode()
         fd = os.open(self.path, os.O_WRONLY)
-        try:  # written over what the lease wrote, then cut: a reader never sees the file empty
-            os.pwrite(fd, text, 0)
-            os.ftruncate(fd, len(text))
+        try:
+            _write_holder(fd, () if initialized_after is None else (str(initialized_after[1]), initialized_after[0]))
         finally:
             os.close(fd)
 
@@ -202,6 +199,14 @@ def _being_made(holder: SlotHolder) -> bool:
     return holder.pending and _alive(holder.token)
 
 
+def _write_holder(fd: int, fields: tuple[str, ...]) -> None:
+    """This process as the slot's holder, with ``fields`` after its token (SlotHolder.parse): written
+    over what was there, then cut, so that a reader never sees the file empty."""
+    text = " ".join((process_token(), *fields)).encode()
+    os.pwrite(fd, text, 0)
+    os.ftruncate(fd, len(text))
+
+
 def _read_holder(fd: int) -> SlotHolder:
     """The slot's holder, locking it first when no task holds it (a lock this fd then keeps)."""
     try:
@@ -257,8 +262,7 @@ def _lease(path: Path, take, mark: str) -> Iterator[str | None]:
         if not take(previous):
             yield None  # left as it was: its holder's producer stays valid
             return
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{process_token()} {mark}".strip().encode(), 0)
+        _write_holder(fd, (mark,) if mark else ())
         yield previous
     finally:
         os.close(fd)  # releases the lock
