@@ -10,9 +10,11 @@ COMPAT_ARGS ?=
 CHAOS_SEED ?=
 CHAOS_FAULTS ?= 1000
 CHAOS_MINUTES ?= 150
+DRIVER_CRASH_RUNS ?= 20
+DRIVER_CRASH_SEED ?=
 RELEASE_ARGS ?=
 
-.PHONY: demo test setup broker-jars dist release bench chaos compat release-tests spin model
+.PHONY: demo test setup broker-jars dist release bench chaos driver-crashes compat release-tests spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -65,6 +67,11 @@ bench: setup $(VENV)/.bench-installed
 ## chaos: the chaos campaign (docs/chaos.md): CHAOS_SEED (default: random, printed), CHAOS_FAULTS, CHAOS_MINUTES
 chaos: setup $(VENV)/.bench-installed
 	$(PY) -m devtools.chaos $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --faults $(CHAOS_FAULTS) --minutes $(CHAOS_MINUTES)
+
+## driver-crashes: an update-mode aggregation through foreachBatch, its driver killed twice at random moments,
+## checked at once after its last run (devtools/driver_crashes): DRIVER_CRASH_RUNS (default 20), DRIVER_CRASH_SEED
+driver-crashes: setup
+	$(PY) -m devtools.driver_crashes --runs $(DRIVER_CRASH_RUNS) $(if $(DRIVER_CRASH_SEED),--seed $(DRIVER_CRASH_SEED))
 
 ## compat: the compatibility matrix (docs/compatibility.md): the compat tests on every supported Kafka
 ## broker, PySpark and the lowest confluent-kafka; COMPAT_ARGS="--row kafka-4.4.0" for one row

@@ -9,7 +9,10 @@ growth between the first samples after the warm-up and the last ones.
 """
 from __future__ import annotations
 
+import os
+import signal
 import statistics
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -178,3 +181,13 @@ class WorkerSampler:
     def summary(self, warm_up_fraction: float = 0.2) -> list[dict]:
         """Per process that lived through at least three samples: peak, early and late memory, clients."""
         return [t.summary(warm_up_fraction) for t in self.traces.values() if len(t.rss_kb) >= 3]
+
+
+def kill_session(process: subprocess.Popen) -> None:
+    """SIGKILL a process started in a session of its own, with its process group (a driver and what
+    it started there), and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(60)

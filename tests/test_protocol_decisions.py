@@ -42,6 +42,26 @@ def claim(plan: int, attempt: int, transactional_id: str, offset: int, kind: str
 OWN = claim(10, 7, "t-own", 20)
 
 
+# ------------------------------------------------------------------ CLAIM_FIRST: steps 3-4b before step 2
+
+def test_claim_first_a_transaction_opened_soon_after_the_claim_goes_on_and_a_late_one_does_not():
+    from pyspark_eos.sink.attempt_fencing import OPEN_AFTER_CLAIM_S, opened_in_time
+    from pyspark_eos.sink.writer import LOOKBACK_MARGIN_MS
+
+    assert opened_in_time(100.0, 100.2)
+    assert opened_in_time(100.0, 100.0 + OPEN_AFTER_CLAIM_S)
+    assert not opened_in_time(100.0, 100.1 + OPEN_AFTER_CLAIM_S)  # a later run's look-back may miss its claim
+    # The look-back's margin holds that bound, the broker's sweep (10 s) and the clocks' skew.
+    assert LOOKBACK_MARGIN_MS >= (OPEN_AFTER_CLAIM_S + 10 + 10) * 1000
+
+
+def test_claim_first_progress_commits_claim_before_their_first_record_input_offsets_after_their_records():
+    from pyspark_eos.sink.commit_targets import InputOffsets, RecordsOnly, TaskProgress
+
+    assert TaskProgress.claims_first
+    assert not InputOffsets.claims_first and not RecordsOnly.claims_first
+
+
 # ------------------------------------------------------------------ model step 4: scan the claims
 
 def test_step4_alone_the_attempt_proceeds():

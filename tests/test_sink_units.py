@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from types import SimpleNamespace
 
 import pytest
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
@@ -464,6 +465,91 @@ def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(mon
         task.run([])
     assert "abort_transaction" in worker.producer.calls and "commit_transaction" not in worker.producer.calls
     assert claim.released  # a later attempt must not fence the id of this one, which has ended
+
+
+class _Order:
+    """Records the order of a task's calls around its records: produce, flush, claim."""
+
+    def __init__(self, flush_takes_s: float = 0.0, clock: list | None = None):
+        self.calls, self.flush_takes_s, self.clock = [], flush_takes_s, clock
+
+    def produce(self, topic, value, *args, **kwargs):
+        self.calls.append(f"produce {value}")
+
+    def flush(self, timeout):
+        self.calls.append("flush")
+        if self.clock is not None:
+            self.clock[0] += self.flush_takes_s
+        return 0
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.calls.append(name)
+
+
+class _ClaimFirstTarget:
+    """A progress commit (claims before its first record) whose claim is recorded in ``order``."""
+
+    claims_first = True
+
+    def __init__(self, order: _Order, claim=None):
+        self.order, self.digest, self.made = order, RecordDigest(), claim
+
+    def claim(self, held, worker):
+        self.order.calls.append("claim")
+        return self.made  # None: as with fencing off, nothing to enforce or release
+
+    def prepared(self, provenance, count):
+        # Claimed already: a plain transactional write from here; else on to the claim (made refuses).
+        return None if self.made is None else self
+
+    def describe(self):
+        return "progress group p.0"
+
+
+def _claim_first_task(monkeypatch, order: _Order, claim=None):
+    from pyspark_eos.sink import transactional_writer as writer
+    from pyspark_eos.sink.producer_pool import WorkerProducer
+    from pyspark_eos.sink.task_failures import FailureContext
+    from pyspark_eos.sink.task_info import TaskInfo
+
+    monkeypatch.setattr(writer, "collect", lambda attempt: ([], []))
+    monkeypatch.setattr(writer, "TopicCheck", lambda held, producer: SimpleNamespace(require=lambda topics: None))
+    held = Held(ClientSettings.of("h:1", {}, 60000))
+    worker = WorkerProducer("eos-kafka.q.driver.1", order, 1, 0)
+    return writer._WriteTask(TaskInfo.current(), held, worker, _ClaimFirstTarget(order, claim),
+                             FailureContext(held, True, False, True), 90000)
+
+
+def test_a_progress_task_claims_before_its_first_record_and_delivers_that_record_at_once(monkeypatch):
+    order = _Order()
+    _claim_first_task(monkeypatch, order).run([_columns([b"a", b"b"]), _columns([b"c"])])
+    produced = [call for call in order.calls if call in ("claim", "flush") or call.startswith("produce")]
+    assert produced[:4] == ["claim", "produce b'a'", "flush", "produce b'b'"], order.calls
+    assert "commit_transaction" in order.calls
+
+
+def test_with_claim_first_switched_off_a_progress_task_claims_once_its_records_are_delivered(monkeypatch):
+    from pyspark_eos.sink import transactional_writer as writer
+
+    monkeypatch.setattr(writer.faults, "switched_off", lambda switch: switch == writer.faults.CLAIM_FIRST_OFF)
+    order = _Order()
+    with pytest.raises(StaleAttemptError):  # the claim's decision refuses: the test's end
+        _claim_first_task(monkeypatch, order, _RefusedClaim()).run([_columns([b"a", b"b"])])
+    produced = [call for call in order.calls if call in ("claim", "flush") or call.startswith("produce")]
+    assert produced == ["produce b'a'", "produce b'b'", "flush", "claim"], order.calls
+
+
+def test_a_progress_task_whose_first_record_is_delivered_late_after_its_claim_aborts(monkeypatch):
+    from pyspark_eos.errors import TransactionFailedError
+    from pyspark_eos.sink import transactional_writer as writer
+
+    clock = [1000.0]
+    monkeypatch.setattr(writer.time, "monotonic", lambda: clock[0])
+    order = _Order(flush_takes_s=writer.OPEN_AFTER_CLAIM_S + 1, clock=clock)
+    with pytest.raises(TransactionFailedError, match="took over 10 s from this attempt's claim"):
+        _claim_first_task(monkeypatch, order).run([_columns([b"a", b"b"])])
+    assert "abort_transaction" in order.calls and "commit_transaction" not in order.calls
+    assert "produce b'b'" not in order.calls
 
 
 @pytest.mark.parametrize("value", ["slot", "partition"])

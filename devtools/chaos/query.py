@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from pyspark_eos.testing.embedded_kafka import start_dying_with_parent
 
+from ..processes import kill_session
 from ..python_logging import environment
 
 log = logging.getLogger(__name__)
@@ -86,11 +86,7 @@ class QueryInstance:
 
     def kill(self) -> None:
         """SIGKILL the driver and everything it started (executors, Python workers)."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(60)
+        kill_session(self.process)
 
     def stop(self, grace_s: float = 120.0) -> int | None:
         """Stop the query cleanly (SIGTERM); kill it after ``grace_s``. Its exit code."""

@@ -19,6 +19,16 @@
  *   NO_CLAIMS    skip steps 3 and 4: the stable read and the replay check only (the sink before
  *                attempt fencing)
  *   RELEASE_IN_FLIGHT  an attempt may append its RELEASE while its commit request is in flight
+ *   PROGRESS     the attempts commit progress records (a query without a group, a foreachBatch or
+ *                idempotent batch write): the groups have no members, so no layer 1, and a new
+ *                run's attempt reads the claims of every run (its plan's lookback, one transaction
+ *                timeout back, holds every claim whose transaction may still be open)
+ *   CLAIM_FIRST  steps 3, 4 and 4b (claim, read, fence) before step 2 (the transaction opened by
+ *                the first record): how progress attempts run
+ *   CRASHES      an attempt may die at any step after its init (SIGKILL, its driver killed with
+ *                it): no abort, no release. Checked: when the newest attempt succeeds, no
+ *                transaction of a dead attempt is open (readers are not held back for the
+ *                broker's transaction timeout)
  *   (claims name their run's membership: an attempt reads only its own run's claims; between
  *   runs, the group membership and the stable read decide)
  *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
@@ -47,6 +57,10 @@
 #endif
 
 #define MAXID 5                 /* transactional ids 1..4 (index 0 unused) */
+
+#if defined(PROGRESS) && !defined(RESTART)
+#error "PROGRESS is a configuration of a new run (RESTART)"
+#endif
 #define LOGMAX (2 * NA + 2)     /* two plan records, and a CLAIM and a RELEASE per attempt */
 
 /* Claims topic records, packed into a byte: kind, attempt epoch, transactional id. */
@@ -59,10 +73,19 @@
 #define TXNID(x) ((x) % 8)
 /* The run whose driver's membership planned an attempt (a claim carries its plan's membership
  * token). With RESTART the last attempt is run 2's; all others are run 1's. */
-#ifdef RESTART
+#if defined(RESTART) && !defined(PROGRESS)
 #define RUN_OF(ep) ((ep) == NA -> 2 : 1)
+#define SAME_RUN(ep, r) (RUN_OF(ep) == (r))
 #else
 #define RUN_OF(ep) 1
+#define SAME_RUN(ep, r) true    /* progress claims name no membership: one order over every run */
+#endif
+
+/* A progress group has no members: the broker takes any TxnOffsetCommit for it. */
+#ifdef PROGRESS
+#define MEMBER_OK(r) true
+#else
+#define MEMBER_OK(r) (member == (r))
 #endif
 
 /* ------------------------------------------------------------------ Kafka's state */
@@ -94,6 +117,10 @@ byte visible[3];
 
 /* Spark: batch 1's task reported success (the driver then plans and launches batch 2). */
 bool batch1_done = false;
+
+/* Per transactional id: its attempt died (CRASHES). Its transaction, if open, stays open until a
+ * fence or the broker's timeout ends it. */
+bool dead[MAXID];
 
 /* C before the commit being checked; only the assertions read it, so it stays out of the state. */
 hidden byte prevC;
@@ -168,6 +195,13 @@ end:
 
 /* ------------------------------------------------------------------ one attempt of a task */
 
+/* CRASHES: the attempt may die here, for good, leaving whatever it had open. */
+#ifdef CRASHES
+#define CRASH_POINT if :: skip :: atomic { dead[id] = true; goto crashed } fi
+#else
+#define CRASH_POINT skip
+#endif
+
 /* An attempt of batch `batch`'s task in run `qrun` of the query, with attempt epoch `me` and its producer's
  * transactional id `id`. The epoch is (plan's claims offset, taskAttemptId): later attempts of a
  * plan, later batches and later runs have larger epochs; the model numbers attempts in that
@@ -178,6 +212,7 @@ proctype Attempt(byte me; byte id; byte batch; byte qrun) {
     byte from;           /* where its plan's claims start (its plan record) */
     byte o;              /* offset of its CLAIM */
     bool claimed;        /* its CLAIM is in the topic and not released */
+    bool opened;         /* step 2 done: its transaction was opened (CLAIM_FIRST runs it after 4b) */
     byte fence;          /* bit t set: transactional id t is to be fenced before going on */
     bool stale;          /* a CLAIM with a higher epoch was read: this attempt is a zombie */
     byte seen;           /* the group's committed offset, as read */
@@ -196,9 +231,16 @@ end_unplanned:
          * group as the same static member (the old run's member id is fenced), then plans batch
          * 1 anew: a plan record later than every claim before it. Run 1's attempts launched
          * before may still be running. */
+#ifndef PROGRESS
         atomic { member = 2; printf("driver of run 2: joined the group, run 1's member id is fenced\n") }
+#endif
         atomic { from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++;
                  printf("driver of run 2: batch 1 planned again at claims offset %d\n", from) }
+#ifdef PROGRESS
+        /* A progress plan's attempts read back one transaction timeout (and a margin) before it:
+         * every claim of run 1 whose transaction may still be open, here all of them. */
+        from = 0;
+#endif
     :: else -> from = 0
     fi;
 
@@ -212,20 +254,36 @@ end_unplanned:
         printf("A%d (batch %d, run %d): init_transactions on t%d -> epoch %d\n", me, batch, qrun, id, my_pe)
     }
 
+#ifndef CLAIM_FIRST
+    goto produce;
+claimed_and_produced:
+#else
+    goto claim;
+#endif
+    goto after_claims;
+
+produce:
     /* 2. Produce the task's records: AddPartitionsToTxn opens the transaction (its timeout
      * starts), the records are written in it. One step: between those two requests only a
      * timeout could act, the same as one just after. */
     if
     :: atomic {
            if
-           :: CURRENT(id, my_pe) -> open[id] = true; txn_batch[id] = batch;
+           :: CURRENT(id, my_pe) -> open[id] = true; txn_batch[id] = batch; opened = true;
                 printf("A%d: produced its records in a transaction of t%d\n", me, id)
            :: else -> printf("A%d: produce: PRODUCER_FENCED\n", me); goto failed
            fi
        }
     :: goto failed
     fi;
+    CRASH_POINT;
+#ifdef CLAIM_FIRST
+    goto after_claims;
+#else
+    goto claim;
+#endif
 
+claim:
 #ifndef NO_CLAIMS
     /* 3. Append CLAIM(epoch, transactional id) to the claims topic (acks=all), learn its offset o. */
     if
@@ -235,6 +293,7 @@ end_unplanned:
        }
     :: goto failed
     fi;
+    CRASH_POINT;
 
     /* 4. Read the claims from its plan's record up to and including o. Every record below o was
      * acknowledged before o was assigned, so what it reads is fixed: one step, however many
@@ -249,9 +308,9 @@ end_unplanned:
            :: i > o -> break
            :: else ->
                if
-               :: KIND(claims[i]) == CLAIM && RUN_OF(EPOCH(claims[i])) == qrun && EPOCH(claims[i]) > me ->
+               :: KIND(claims[i]) == CLAIM && SAME_RUN(EPOCH(claims[i]), qrun) && EPOCH(claims[i]) > me ->
                    stale = true
-               :: KIND(claims[i]) == CLAIM && RUN_OF(EPOCH(claims[i])) == qrun && EPOCH(claims[i]) < me &&
+               :: KIND(claims[i]) == CLAIM && SAME_RUN(EPOCH(claims[i]), qrun) && EPOCH(claims[i]) < me &&
                   TXNID(claims[i]) != id ->
                    j = from;
                    do
@@ -289,7 +348,15 @@ end_unplanned:
     :: atomic { fence & 16 -> init_id(4); fence = fence ^ 16; printf("A%d: fenced t4 -> epoch %d\n", me, pe[4]) }
     :: fence != 0 -> fence = 0; goto failed
     od;
+    CRASH_POINT;
 #endif
+#ifdef CLAIM_FIRST
+    goto produce;
+#else
+    goto claimed_and_produced;
+#endif
+
+after_claims:
 
     /* 5. Stable read of the group's committed offset: waits while an open transaction holds a
      * pending offset for the partition (its own cannot: it sends offsets later). */
@@ -301,6 +368,7 @@ end_unplanned:
 #endif
     :: goto failed       /* stableOffsetsTimeoutMs, or the task killed while it backs off */
     fi;
+    CRASH_POINT;
 
     /* 6. The replay check. C == e: another attempt (or run) committed this batch: abort, succeed
      * without writing. C == s: go on. Anything else is a gap or an overlap: fail. */
@@ -338,7 +406,7 @@ end_unplanned:
 #ifdef MUTANT_NO_MEMBER_CHECK
            :: CURRENT(id, my_pe) ->     /* MUTANT: the broker takes any member's offsets */
 #else
-           :: CURRENT(id, my_pe) && member == qrun ->
+           :: CURRENT(id, my_pe) && MEMBER_OK(qrun) ->
 #endif
                 pending[id] = batch; printf("A%d: sent offset %d to its transaction\n", me, batch)
            :: !CURRENT(id, my_pe) -> printf("A%d: send offsets: PRODUCER_FENCED\n", me); goto failed
@@ -347,6 +415,7 @@ end_unplanned:
        }
     :: goto failed
     fi;
+    CRASH_POINT;
 
 #ifdef RELEASE_IN_FLIGHT
     /* Variant: commit_transaction times out at the client and the task gives up, believing its
@@ -388,6 +457,10 @@ succeeded:
     :: batch == 1 && qrun == 1 -> batch1_done = true
     :: else -> skip
     fi;
+#ifdef CRASHES
+    /* The newest attempt is done: no dead attempt's transaction may still hold readers back. */
+    assert(me != NA || !(dead[1] && open[1] || dead[2] && open[2] || dead[3] && open[3] || dead[4] && open[4]));
+#endif
     goto release;        /* the real sink releases after a success too */
 
 failed:
@@ -412,7 +485,14 @@ release:
             printf("A%d: RELEASE(epoch %d, t%d) at claims offset %d\n", me, me, id, claims_end - 1)
         }
     :: else -> skip
-    fi
+    fi;
+#ifdef CRASHES
+    goto done;
+crashed:
+    printf("A%d: dies (no abort, no release)\n", me);
+done:
+    skip
+#endif
 }
 
 init {

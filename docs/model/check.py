@@ -68,6 +68,18 @@ CONFIGS = (
            "attempts 1 and 2 share an id, attempt 3 has its own"),
     Config("3-attempts,release-in-flight", ("ATTEMPTS=3", "RELEASE_IN_FLIGHT"), HOLDS,
            "a RELEASE may be appended while the attempt's commit request is still in flight"),
+    # Progress attempts (no group): a new run reads the dead run's claims back one transaction timeout,
+    # and claims before its transaction opens; attempts may die anywhere, leaving what they had open.
+    Config("progress:2-attempts+restart", ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST"), HOLDS,
+           "a new run replays batch 1 while run 1's attempts are alive, no group membership to fence them"),
+    Config("progress:2-attempts+restart,crashes", ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "CRASHES"),
+           HOLDS, "the same with attempts dying anywhere: once the new run's attempt succeeded, none of their "
+           "transactions is open"),
+    Config("progress:2-attempts+restart,claims-after-records", ("ATTEMPTS=2", "RESTART", "PROGRESS"), HOLDS,
+           "claiming once the records are in the transaction is safe as well..."),
+    Config("progress:1-attempt+restart,crashes,claims-after-records",
+           ("ATTEMPTS=1", "RESTART", "PROGRESS", "CRASHES"), VIOLATION,
+           "...but an attempt dead between its records and its claim leaves its transaction open to the timeout"),
     # The sink without claims: the stable read and the replay check alone.
     Config("no-claims:2-attempts", ("ATTEMPTS=2", "NO_CLAIMS"), VIOLATION,
            "two attempts with different ids both commit: duplicate output"),

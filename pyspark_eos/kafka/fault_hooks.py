@@ -33,8 +33,10 @@ STALL_MID_PRODUCE = "stall-mid-produce"  # after its first record
 STALL_AFTER_STABLE_READ = "stall-after-stable-read"  # the group's offsets read, nothing sent
 STALL_BEFORE_COMMIT = "stall-before-commit"  # offsets sent, commit not yet asked for
 STALL_AFTER_COMMIT = "stall-after-commit"  # committed, Spark not yet told
+# A progress attempt's records all delivered into its open transaction, its group not read yet.
+STALL_RECORDS_DELIVERED = "stall-records-delivered"
 STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT,
-                STALL_AFTER_COMMIT)
+                STALL_AFTER_COMMIT, STALL_RECORDS_DELIVERED)
 
 # A stall point of the stable read of the group's offsets (kafka.group_offsets), which a query
 # starting from the group and a write task's replay check both make: an open transaction holds the
@@ -46,10 +48,13 @@ READ_STALL_POINTS = (STALL_OFFSETS_PENDING,)
 # Switches, not faults. While on, write tasks skip attempt fencing, so a test can show the
 # duplicates it prevents; or they send no release of their claims, as when a driver dies right
 # after its tasks committed and takes their workers with it before their producers delivered the
-# releases (sent without waiting).
+# releases (sent without waiting); or progress attempts claim only once their records are
+# delivered (the order before claims came first), so a test can show the transaction a dead one
+# leaves open with no claim to find it by.
 ATTEMPT_FENCING_OFF = "attempt-fencing-off"
 RELEASES_OFF = "releases-off"
-SWITCHES = (ATTEMPT_FENCING_OFF, RELEASES_OFF)
+CLAIM_FIRST_OFF = "claim-first-off"
+SWITCHES = (ATTEMPT_FENCING_OFF, RELEASES_OFF, CLAIM_FIRST_OFF)
 
 
 def _load_handler() -> ModuleType | None:

@@ -41,13 +41,19 @@ its offsets refused (FENCED_INSTANCE_ID, ILLEGAL_GENERATION), and offsets it sen
 are waited for by the stable read.
 
 Progress records (task_progress) have no layer 1: their groups have no members, so an attempt of
-an earlier run of the query (a stalled executor's, when the query was restarted in the same
-application) is not refused by any generation. Their plans are read from ``since`` instead, before
-the plan's own record: back to the claims appended one transaction timeout (and a margin) before
-the plan, where any older attempt's transaction has been aborted by the broker (such an attempt
-delivers its records, which opens its transaction, before it claims), and no further back than the
-plan under which the task last committed (an attempt of an earlier batch was fenced by the attempt
-that committed it). Claims read from there are all older than the plan's: they can only be fenced.
+an earlier run of the query (a stalled executor's, or one whose driver died and took it along) is
+not refused by any generation. Their plans are read from ``since`` instead, before the plan's own
+record: back to the claims appended one transaction timeout (and a margin) before the plan, and
+no further back than the plan under which the task last committed (an attempt of an earlier batch
+was fenced by the attempt that committed it). Claims read from there are all older than the
+plan's: they can only be fenced. A progress attempt claims *before* its first record opens its
+transaction, so every transaction of an earlier run that may still be open has a claim a later
+run's attempt of the task finds and fences: a driver killed while its tasks wrote leaves nothing
+open for the broker's timeout to end (read_committed readers of the output would wait for it).
+It then delivers that first record at once and refuses if that took longer than
+``OPEN_AFTER_CLAIM_S`` after it began to claim: its transaction is then aborted by the broker no
+later than one transaction timeout, that bound and the broker's sweep after the claim, which the
+lookback's margin covers (docs/model, CLAIM_FIRST).
 """
 from __future__ import annotations
 
@@ -70,6 +76,16 @@ from .fence_decision import FenceOutcome, decide_fence, initialized_since, taken
 from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
+
+# How long a progress attempt may take from its claim to its transaction opened at the broker (its
+# first record delivered): part of the lookback's margin (writer.LOOKBACK_MARGIN_MS).
+OPEN_AFTER_CLAIM_S = 10.0
+
+
+def opened_in_time(claimed_s: float, opened_s: float) -> bool:
+    """Whether a progress attempt's transaction opened (``opened_s``, monotonic) soon enough after it
+    began to claim (``claimed_s``) for a later run's lookback to find its claim."""
+    return opened_s - claimed_s <= OPEN_AFTER_CLAIM_S
 
 
 @dataclass

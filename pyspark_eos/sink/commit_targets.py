@@ -42,6 +42,7 @@ class RecordsOnly:
     """A plain transactional write: a replay or rerun writes its records again."""
 
     digest = None
+    claims_first = False
 
     def prepared(self, provenance: list[Provenance], count: int) -> None:
         return None
@@ -55,6 +56,9 @@ class InputOffsets:
     task: TaskInfo
     plan: CommitPlan | None = None  # set by prepared()
     digest = None
+    # Its claim names the input ranges, known only once its read()s have handed them over: after
+    # its records. Another run's attempts do not read its claims anyway (attempt_fencing).
+    claims_first = False
 
     def prepared(self, provenance: list[Provenance], count: int) -> "InputOffsets | None":
         if not provenance and count == 0:
@@ -104,16 +108,17 @@ class TaskProgress:
     plan: PlanRecord
     task: TaskInfo
     digest: RecordDigest
+    # Claimed before the first record opens its transaction: a later run's attempt of the task then
+    # finds every transaction of this one that may be open, and fences it (attempt_fencing).
+    claims_first = True
 
     def prepared(self, provenance: list[Provenance], count: int) -> "TaskProgress | None":
         if not self.target.versioned:
             _check_ungrouped_input(provenance)
-        # Nothing to make visible and nothing to record: an empty attempt that claimed would open
-        # its transaction only when sending its offsets, after its claim (see claim()).
+        # Nothing to make visible and nothing to record (an empty attempt never claimed).
         return self if count else None
 
     def claim(self, held: Held, worker: WorkerProducer) -> AttemptClaim | None:
-        _deliver(worker.producer, held.settings.transaction_timeout_ms)
         key = self.key
         return claim_attempt(claims_clients_for(held, None), [self.plan], key.claim_group, key.claim_partitions,
                              self.task.task_attempt_id, self.task.describe(), worker.transactional_id,
@@ -158,15 +163,13 @@ def _check_ungrouped_input(provenance: list[Provenance]) -> None:
             "deliveryGuarantee=at-least-once")
 
 
-def _deliver(producer, transaction_timeout_ms: int) -> None:
-    """Deliver the task's records before it claims: their partitions join its transaction on the
-    broker, whose timeout then runs from before the claim. A later run's attempt reads the claims
-    of one transaction timeout back (attempt_fencing), so an older claim belongs to a transaction
-    the broker has aborted."""
-    left = producer.flush(transaction_timeout_ms / 1000)
+def deliver(producer, timeout_s: float, what: str = "record(s) of this task") -> None:
+    """Wait until the producer's records are in the broker's log, and with them their partitions
+    in the task's transaction."""
+    left = producer.flush(timeout_s)
     if left:
-        raise KafkaClientError(f"{left} record(s) of this task were not delivered within the transaction timeout "
-                               f"({transaction_timeout_ms} ms): check that the brokers are reachable")
+        raise KafkaClientError(f"{left} {what} were not delivered within {timeout_s:.0f} s: check that the brokers "
+                               "are reachable")
 
 
 def _last_committed_plan(held: Held, key: ProgressKey) -> int | None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 from confluent_kafka import KafkaException
 
@@ -12,8 +12,16 @@ from .task_failures import DeliveryErrors, FailureContext, TopicCheck, explain_l
 from .task_progress import RecordDigest
 
 
+class FirstRecord(Protocol):
+    """What a task does around its first record, the one that opens its transaction at the broker."""
+
+    def before_first_record(self) -> None: ...
+
+    def after_first_record(self) -> None: ...
+
+
 def produce_records(producer, batches: Iterable[RecordColumns], topics: TopicCheck, delivery: DeliveryErrors,
-                    context: FailureContext, digest: RecordDigest | None) -> int:
+                    context: FailureContext, digest: RecordDigest | None, first: FirstRecord) -> int:
     """produce() every record of ``batches``; ``digest`` (progress records) counts them in. Returns
     how many were handed to the producer."""
     count = 0
@@ -24,7 +32,9 @@ def produce_records(producer, batches: Iterable[RecordColumns], topics: TopicChe
         rows = columns.rows()
         try:
             if count == 0 and columns.values:  # the fault hook's "mid-produce" is after the first record
+                first.before_first_record()
                 produce_rows(producer, itertools.islice(rows, 1), columns.headers is not None)
+                first.after_first_record()
                 faults.stall_point(faults.STALL_MID_PRODUCE)
             produce_rows(producer, rows, columns.headers is not None)
         except KafkaException as error:

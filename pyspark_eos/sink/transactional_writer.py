@@ -2,7 +2,9 @@
 steps, docs/model/): begin (1) -> produce the task's records (2) -> collect the task's input from
 the hand-over -> claim it for this attempt, fencing older attempts or refusing as a stale one (3,
 4) -> read what the group has committed, stably (5) -> decide commit or replay (6) -> send the
-offsets into the transaction (7) -> commit (8) -> release the claim.
+offsets into the transaction (7) -> commit (8) -> release the claim. A task that commits its own
+progress claims (3, 4) before its first record instead, and delivers that record at once (the
+model's CLAIM_FIRST): its transaction never opens without a claim a later run can find.
 
 What the task commits besides its records is one of three strategies (commit_targets): the input
 offsets it read (with a consumer group), its own progress (any other replayable source), or
@@ -28,11 +30,12 @@ from ..kafka.held_clients import Held
 from ..kafka.options import ClientSettings
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import PlanRecord
+from ..errors import TransactionFailedError
 from ..protocol.handover import collect, release
 from . import worker_resources
-from .attempt_fencing import AttemptClaim
+from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, opened_in_time
 from .commit_decision import CommitDecision, TaskOutcome
-from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgress
+from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgress, deliver
 from .idempotent_writes import batch_write_target, refuse_group_in_foreach_batch, stream_target
 from .options import SinkOptions
 from .produce_records import produce_records
@@ -114,6 +117,8 @@ class _WriteTask:
     stable_offsets_timeout_ms: int
     steps: StepTimes = field(default_factory=StepTimes)
     claim: AttemptClaim | None = None  # set once claimed: released when the transaction surely ended
+    claimed: bool = False  # claimed already (with fencing switched off, claim stays None)
+    claiming_since: float = 0.0  # when a claim-first attempt began to claim (monotonic)
     committing: InputOffsets | TaskProgress | None = None  # set once prepared: a failure names it
 
     def run(self, records: Iterable[RecordColumns]) -> EosKafkaCommitMessage:
@@ -124,7 +129,10 @@ class _WriteTask:
             producer.begin_transaction()
             faults.stall_point(faults.STALL_BEFORE_PRODUCE)
             count = produce_records(producer, records, TopicCheck(self.held, producer), delivery, self.context,
-                                    self.target.digest)
+                                    self.target.digest, self)
+            if count and self.target.digest is not None:
+                deliver(producer, self.held.settings.transaction_timeout_ms / 1000)
+                faults.stall_point(faults.STALL_RECORDS_DELIVERED)
             self.steps.ended("records")
             # Only now, with the input exhausted, has every read() of this task recorded its ranges.
             provenance, files = collect(self.task.task_attempt_id)
@@ -139,13 +147,35 @@ class _WriteTask:
         self.steps.ended("commit")
         return self._reported(count, outcome)
 
+    def before_first_record(self) -> None:
+        if self.target.claims_first and not faults.switched_off(faults.CLAIM_FIRST_OFF):
+            self.claiming_since = time.monotonic()
+            self._claim(self.target)
+
+    def after_first_record(self) -> None:
+        """A claim-first attempt's transaction opens with its first record: at once, and soon after
+        the claim, or a later run's lookback could miss the claim of a transaction still open."""
+        if not self.claiming_since:
+            return
+        deliver(self.worker.producer, OPEN_AFTER_CLAIM_S, "first record of this task")
+        if not opened_in_time(self.claiming_since, time.monotonic()):
+            raise TransactionFailedError(
+                f"the first record took over {OPEN_AFTER_CLAIM_S:.0f} s from this attempt's claim to its delivery "
+                "(a stalled worker or a slow broker): a later run of the query could miss the claim, so this attempt "
+                "aborts its transaction; Spark retries the task")
+
+    def _claim(self, committing: InputOffsets | TaskProgress) -> None:
+        self.claimed = True
+        self.claim = committing.claim(self.held, self.worker)
+        if self.claim is not None:
+            self.claim.enforce()  # a refused attempt releases its claim too (it is the task's before this)
+
     def _commit(self, provenance: list, count: int) -> TaskOutcome:
         committing = self.committing = self.target.prepared(provenance, count)
         if committing is None:
             return self._commit_records_only(count)
-        self.claim = committing.claim(self.held, self.worker)
-        if self.claim is not None:
-            self.claim.enforce()  # a refused attempt releases its claim too (it is the task's before this)
+        if not self.claimed:
+            self._claim(committing)
         committing = self.committing = committing.under(self.claim)
         committed = fetch_stable_commits(admin_for(self.held), committing.group_id, committing.partitions,
                                          self.stable_offsets_timeout_ms, renew=partial(admin_for, self.held, renew=True))

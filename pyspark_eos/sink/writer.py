@@ -16,6 +16,7 @@ from pyspark.sql import datasource
 from ..errors import EosKafkaError
 from ..kafka import driver_resources, fault_hooks as faults
 from ..protocol.claims_log import ClaimsLog, PlanRecord
+from .attempt_fencing import OPEN_AFTER_CLAIM_S
 from .commit_decision import TaskOutcome
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
@@ -65,10 +66,11 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
     return f"{text} ({_summary(messages)})"
 
 
-# Beyond the transaction timeout: the broker's sweep for timed-out transactions (every 10 s by
-# default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew between the
-# driver and the executors, whose clocks stamp their claims.
-LOOKBACK_MARGIN_MS = 30_000
+# Beyond the transaction timeout: the time an attempt may take from its claim to its transaction
+# opened (attempt_fencing.OPEN_AFTER_CLAIM_S), the broker's sweep for timed-out transactions (every
+# 10 s by default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew
+# between the driver and the executors, whose clocks stamp their claims.
+LOOKBACK_MARGIN_MS = int(OPEN_AFTER_CLAIM_S * 1000) + 30_000
 
 
 def open_progress_plan(options: SinkOptions) -> PlanRecord:

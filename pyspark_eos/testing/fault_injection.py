@@ -39,8 +39,9 @@ from ..protocol.process_stat import parent_pid
 from ..workers.fork_server import STAND_IN_ENV
 from ..kafka.fault_hooks import (  # noqa: F401  (the points, re-exported for the tests)
     ATTEMPT_FENCING_OFF, CRASH_POINTS, DRIVER_AFTER_KAFKA_COMMIT, EXECUTOR_BEFORE_COMMIT, HOOKS_ENV, READ_STALL_POINTS,
-    RELEASES_OFF, STALL_AFTER_STABLE_READ, STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT, STALL_BEFORE_PRODUCE,
-    STALL_MID_PRODUCE, STALL_OFFSETS_PENDING, STALL_POINTS, SWITCHES, WORKER_BEFORE_COMMIT)
+    CLAIM_FIRST_OFF, RELEASES_OFF, STALL_AFTER_STABLE_READ, STALL_AFTER_COMMIT, STALL_BEFORE_COMMIT,
+    STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_OFFSETS_PENDING, STALL_POINTS, STALL_RECORDS_DELIVERED, SWITCHES,
+    WORKER_BEFORE_COMMIT)
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +77,18 @@ def arm(point: str, local_directory: str | os.PathLike, **params) -> Path:
     their Kafka commits and Spark's commit logs), and a stall's arrivals stall together, their
     executors lost at once.
 
+    ``times`` (int): taken by that many processes one after another, each once (not with
+    ``per_query`` or ``gather``).
+
     Stall parameters: ``kill`` (bool: SIGKILL the worker there instead of stalling it),
-    ``stop_executor`` (bool), ``resume_file`` (path) or ``seconds``,
-    ``report_dir`` (where the stall reports go; default: beside the marker, but a standalone
-    worker deletes a lost executor's local directory), and the filters ``partition`` (Spark
-    partition id), ``attempt`` (TaskContext.attemptNumber()) and ``from_batch`` (a streaming
-    batch id: that batch and later ones). With ``per_query``, each query's stall reports apart
-    (``stall_reports``).
+    ``stop_executor`` (bool), ``with_executor`` (bool: the stalled worker dies with its executor
+    or driver, as a worker on a host that is not partitioned does; by default it ignores the SIGHUP
+    and SIGTERM that would tell it), ``resume_file`` (path) or ``seconds``, ``report_dir`` (where
+    the stall reports go; default: beside the marker, but a standalone worker deletes a lost
+    executor's local directory), and the filters ``partition`` (Spark partition id), ``attempt``
+    (TaskContext.attemptNumber()), ``query`` (a streaming query's id), ``batch`` (a streaming
+    batch id, or that of the foreachBatch batch a write runs in) and ``from_batch`` (that batch and
+    later ones). With ``per_query``, each query's stall reports apart (``stall_reports``).
     """
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; use one of {', '.join(POINTS)}")
@@ -176,8 +182,9 @@ def stall_if_armed(point: str) -> None:
         _gather(point, params["gather"])
     marker = _faults_directory() / point
     _latched.update(switch for switch in SWITCHES if is_switched_off(switch))
-    for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
-        signal.signal(shutdown, signal.SIG_IGN)
+    if not params.get("with_executor"):
+        for shutdown in (signal.SIGHUP, signal.SIGTERM):  # a partitioned host never hears of its executor's death
+            signal.signal(shutdown, signal.SIG_IGN)
     jvm = _jvm_ancestor(os.getppid()) if params.get("stop_executor") else None
     if jvm is not None:
         os.kill(jvm, signal.SIGSTOP)
@@ -215,7 +222,9 @@ def _claim(point: str) -> dict | None:
     except FileNotFoundError:
         return None
     task = _task()
-    if any(key in params and params[key] != task.get(key) for key in ("partition", "attempt")):
+    if any(key in params and params[key] != task.get(key) for key in ("partition", "attempt", "query")):
+        return None
+    if "batch" in params and str(task.get("batch")) != str(params["batch"]):
         return None
     if "from_batch" in params and int(task.get("batch") or -1) < params["from_batch"]:
         return None
@@ -227,6 +236,8 @@ def _claim(point: str) -> dict | None:
         os.rename(marker, marker.with_name(f"{point}.taken.{os.getpid()}"))
     except FileNotFoundError:
         return None
+    if params.get("times", 1) > 1:  # armed again for the next process to reach it
+        arm(point, marker.parent.parent, **{**params, "times": params["times"] - 1})
     return params
 
 
