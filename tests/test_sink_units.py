@@ -552,6 +552,23 @@ def test_a_progress_task_whose_first_record_is_delivered_late_after_its_claim_ab
     assert "produce b'b'" not in order.calls
 
 
+def test_a_progress_task_whose_claim_kafka_refuses_fails_with_kafkas_error_and_produces_nothing(monkeypatch):
+    from confluent_kafka import KafkaError, KafkaException
+
+    from pyspark_eos.errors import TransactionFailedError
+
+    class RefusedAppend(_ClaimFirstTarget):
+        def claim(self, held, worker):
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "claims topic: not authorized"))
+
+    order = _Order()
+    task = _claim_first_task(monkeypatch, order)
+    task.target = RefusedAppend(order)
+    with pytest.raises(TransactionFailedError, match="claims topic: not authorized"):
+        task.run([_columns([b"a"])])
+    assert not [call for call in order.calls if call.startswith("produce")], order.calls
+
+
 @pytest.mark.parametrize("value", ["slot", "partition"])
 def test_the_removed_transactional_id_per_option_says_to_drop_it(value):
     with pytest.raises(ConfigurationError, match=f"transactionalIdPer='{value}' is no longer supported.*drop the option"):

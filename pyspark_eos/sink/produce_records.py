@@ -30,21 +30,27 @@ def produce_records(producer, batches: Iterable[RecordColumns], topics: TopicChe
         if digest is not None:
             digest.add(columns)
         rows = columns.rows()
-        try:
-            if count == 0 and columns.values:  # the fault hook's "mid-produce" is after the first record
-                first.before_first_record()
-                produce_rows(producer, itertools.islice(rows, 1), columns.headers is not None)
-                first.after_first_record()
-                faults.stall_point(faults.STALL_MID_PRODUCE)
-            produce_rows(producer, rows, columns.headers is not None)
-        except KafkaException as error:
-            delivery.unsent = columns
-            topic, value, key, partition, headers = error.row
-            explain_local_refusal(error, context, topic, record_size(value, key, headers), partition)
-            raise
+        if count == 0 and columns.values:  # the fault hook's "mid-produce" is after the first record
+            first.before_first_record()
+            _produce(producer, itertools.islice(rows, 1), columns, delivery, context)
+            first.after_first_record()
+            faults.stall_point(faults.STALL_MID_PRODUCE)
+        _produce(producer, rows, columns, delivery, context)
         count += len(columns.values)
         producer.poll(0)  # serve delivery reports (failures only) once per batch
     return count
+
+
+def _produce(producer, rows: Iterator[tuple], columns: RecordColumns, delivery: DeliveryErrors,
+             context: FailureContext) -> None:
+    """produce() ``rows`` of ``columns``; a refusal about the record itself is raised explained."""
+    try:
+        produce_rows(producer, rows, columns.headers is not None)
+    except KafkaException as error:
+        delivery.unsent = columns
+        topic, value, key, partition, headers = error.row
+        explain_local_refusal(error, context, topic, record_size(value, key, headers), partition)
+        raise
 
 
 def produce_rows(producer, rows: Iterator[tuple], with_headers: bool) -> None:
