@@ -45,14 +45,17 @@ OWN = claim(10, 7, "t-own", 20)
 # ------------------------------------------------------------------ CLAIM_FIRST: steps 3-4b before step 2
 
 def test_claim_first_a_transaction_opened_soon_after_the_claim_goes_on_and_a_late_one_does_not():
-    from pyspark_eos.sink.attempt_fencing import OPEN_AFTER_CLAIM_S, opened_in_time
+    from pyspark_eos.sink.attempt_fencing import OPEN_AFTER_CLAIM_S, Instant, opened_in_time
     from pyspark_eos.sink.writer import LOOKBACK_MARGIN_MS
 
-    assert opened_in_time(100.0, 100.2)
-    assert opened_in_time(100.0, 100.0 + OPEN_AFTER_CLAIM_S)
-    assert not opened_in_time(100.0, 100.1 + OPEN_AFTER_CLAIM_S)  # a later run's look-back may miss its claim
-    # The look-back's margin holds that bound, the broker's sweep (10 s) and the clocks' skew.
-    assert LOOKBACK_MARGIN_MS >= (OPEN_AFTER_CLAIM_S + 10 + 10) * 1000
+    claimed = Instant(wall=5000.0, monotonic=100.0)
+    assert opened_in_time(claimed, Instant(5000.2, 100.2))
+    assert opened_in_time(claimed, Instant(5000.0 + OPEN_AFTER_CLAIM_S, 100.0 + OPEN_AFTER_CLAIM_S))
+    # Late by either clock: a later run's look-back may miss its claim.
+    assert not opened_in_time(claimed, Instant(5000.1 + OPEN_AFTER_CLAIM_S, 100.2))  # the host was suspended
+    assert not opened_in_time(claimed, Instant(4000.0, 100.1 + OPEN_AFTER_CLAIM_S))  # the wall clock stepped back
+    # The look-back's margin holds that bound, the broker's sweep (10 s) and 20 s of the clocks' skew.
+    assert LOOKBACK_MARGIN_MS >= (OPEN_AFTER_CLAIM_S + 10 + 20) * 1000
 
 
 def test_claim_first_progress_commits_claim_before_their_first_record_input_offsets_after_their_records():

@@ -468,7 +468,8 @@ def test_an_attempt_its_fence_decision_refuses_aborts_and_releases_its_claim(mon
 
 
 class _Order:
-    """Records the order of a task's calls around its records: produce, flush, claim."""
+    """Records the order of a task's calls around its records: produce, flush, claim; ``clock`` (a
+    one-item list) is moved on by each flush."""
 
     def __init__(self, flush_takes_s: float = 0.0, clock: list | None = None):
         self.calls, self.flush_takes_s, self.clock = [], flush_takes_s, clock
@@ -486,27 +487,48 @@ class _Order:
         return lambda *args, **kwargs: self.calls.append(name)
 
 
+class _Claim:
+    """An appended claim that records what the task does with it; ``refuse``: its decision refuses."""
+
+    def __init__(self, order: _Order, refuse: bool = False, appended_at: float = 1000.0):
+        from pyspark_eos.sink.attempt_fencing import Instant
+
+        self.order, self.refuse, self.appended, self.released = order, refuse, Instant(appended_at, appended_at), False
+
+    def enforce(self):
+        self.order.calls.append("enforce")
+        if self.refuse:
+            raise StaleAttemptError("a newer attempt of this task has claimed its input")
+
+    def renew_if_old(self):
+        self.order.calls.append("renew_if_old")
+
+    def release(self):
+        self.released = True
+
+
 class _ClaimFirstTarget:
-    """A progress commit (claims before its first record) whose claim is recorded in ``order``."""
+    """A progress commit (claims before its first record): ``claim()`` returns ``made`` (None: as with
+    fencing off), and records itself in ``order``."""
 
     claims_first = True
 
-    def __init__(self, order: _Order, claim=None):
-        self.order, self.digest, self.made = order, RecordDigest(), claim
+    def __init__(self, order: _Order, made=None):
+        self.order, self.digest, self.made = order, RecordDigest(), made
 
     def claim(self, held, worker):
         self.order.calls.append("claim")
-        return self.made  # None: as with fencing off, nothing to enforce or release
+        return self.made
 
     def prepared(self, provenance, count):
-        # Claimed already: a plain transactional write from here; else on to the claim (made refuses).
-        return None if self.made is None else self
+        # With fencing off a plain transactional write from here; else on to a claim that refuses.
+        return None if self.made is None or not self.made.refuse else self
 
     def describe(self):
         return "progress group p.0"
 
 
-def _claim_first_task(monkeypatch, order: _Order, claim=None):
+def _claim_first_task(monkeypatch, order: _Order, made=None):
     from pyspark_eos.sink import transactional_writer as writer
     from pyspark_eos.sink.producer_pool import WorkerProducer
     from pyspark_eos.sink.task_failures import FailureContext
@@ -516,16 +538,41 @@ def _claim_first_task(monkeypatch, order: _Order, claim=None):
     monkeypatch.setattr(writer, "TopicCheck", lambda held, producer: SimpleNamespace(require=lambda topics: None))
     held = Held(ClientSettings.of("h:1", {}, 60000))
     worker = WorkerProducer("eos-kafka.q.driver.1", order, 1, 0)
-    return writer._WriteTask(TaskInfo.current(), held, worker, _ClaimFirstTarget(order, claim),
+    return writer._WriteTask(TaskInfo.current(), held, worker, _ClaimFirstTarget(order, made),
                              FailureContext(held, True, False, True), 90000)
 
 
+def _steps(order: _Order) -> list[str]:
+    return [call for call in order.calls
+            if call in ("claim", "enforce", "renew_if_old", "flush") or call.startswith("produce")]
+
+
+def _clock(monkeypatch, at: float) -> list:
+    """A clock for both of Instant's readings, starting at ``at``."""
+    from pyspark_eos.sink.attempt_fencing import Instant
+
+    clock = [at]
+    monkeypatch.setattr(Instant, "now", staticmethod(lambda: Instant(clock[0], clock[0])))
+    return clock
+
+
 def test_a_progress_task_claims_before_its_first_record_and_delivers_that_record_at_once(monkeypatch):
+    _clock(monkeypatch, 1000.0)
     order = _Order()
-    _claim_first_task(monkeypatch, order).run([_columns([b"a", b"b"]), _columns([b"c"])])
-    produced = [call for call in order.calls if call in ("claim", "flush") or call.startswith("produce")]
-    assert produced[:4] == ["claim", "produce b'a'", "flush", "produce b'b'"], order.calls
-    assert "commit_transaction" in order.calls
+    claim = _Claim(order)
+    _claim_first_task(monkeypatch, order, claim).run([_columns([b"a", b"b"]), _columns([b"c"])])
+    assert _steps(order)[:6] == ["claim", "enforce", "renew_if_old", "produce b'a'", "flush", "produce b'b'"], \
+        order.calls
+    assert "commit_transaction" in order.calls and claim.released
+
+
+def test_a_progress_task_whose_claim_is_refused_aborts_releases_it_and_produces_nothing(monkeypatch):
+    order = _Order()
+    claim = _Claim(order, refuse=True)
+    with pytest.raises(StaleAttemptError, match="none of this task's records are visible"):
+        _claim_first_task(monkeypatch, order, claim).run([_columns([b"a"])])
+    assert _steps(order) == ["claim", "enforce"], order.calls
+    assert "abort_transaction" in order.calls and claim.released
 
 
 def test_with_claim_first_switched_off_a_progress_task_claims_once_its_records_are_delivered(monkeypatch):
@@ -534,22 +581,38 @@ def test_with_claim_first_switched_off_a_progress_task_claims_once_its_records_a
     monkeypatch.setattr(writer.faults, "switched_off", lambda switch: switch == writer.faults.CLAIM_FIRST_OFF)
     order = _Order()
     with pytest.raises(StaleAttemptError):  # the claim's decision refuses: the test's end
-        _claim_first_task(monkeypatch, order, _RefusedClaim()).run([_columns([b"a", b"b"])])
-    produced = [call for call in order.calls if call in ("claim", "flush") or call.startswith("produce")]
-    assert produced == ["produce b'a'", "produce b'b'", "flush", "claim"], order.calls
+        _claim_first_task(monkeypatch, order, _Claim(order, refuse=True)).run([_columns([b"a", b"b"])])
+    assert _steps(order) == ["produce b'a'", "produce b'b'", "flush", "claim", "enforce"], order.calls
 
 
 def test_a_progress_task_whose_first_record_is_delivered_late_after_its_claim_aborts(monkeypatch):
     from pyspark_eos.errors import TransactionFailedError
     from pyspark_eos.sink import transactional_writer as writer
 
-    clock = [1000.0]
-    monkeypatch.setattr(writer.time, "monotonic", lambda: clock[0])
+    clock = _clock(monkeypatch, 1000.0)
     order = _Order(flush_takes_s=writer.OPEN_AFTER_CLAIM_S + 1, clock=clock)
+    claim = _Claim(order)
     with pytest.raises(TransactionFailedError, match="took over 10 s from this attempt's claim"):
-        _claim_first_task(monkeypatch, order).run([_columns([b"a", b"b"])])
+        _claim_first_task(monkeypatch, order, claim).run([_columns([b"a", b"b"])])
     assert "abort_transaction" in order.calls and "commit_transaction" not in order.calls
-    assert "produce b'b'" not in order.calls
+    assert "produce b'b'" not in order.calls and claim.released
+
+
+def test_a_claim_appended_long_ago_is_appended_again_before_the_first_record(monkeypatch):
+    from pyspark_eos.sink.attempt_fencing import RENEW_CLAIM_AFTER_S, AttemptClaim, Instant
+
+    clock = _clock(monkeypatch, 2000.0)
+    appended = []
+    monkeypatch.setattr("pyspark_eos.sink.attempt_fencing.append", lambda *args: appended.append(args) or 7)
+    clients = SimpleNamespace(producer=lambda: None)
+    claim = AttemptClaim(SimpleNamespace(group="g", to_json=lambda: b"{}"), "claims", 0, clients,
+                         appended=Instant(2000.0, 2000.0))
+    clock[0] += RENEW_CLAIM_AFTER_S  # its fences took that long: still fresh enough
+    claim.renew_if_old()
+    assert not appended
+    clock[0] += 1
+    claim.renew_if_old()  # older: a copy, from which the first record's time counts
+    assert len(appended) == 1 and claim.appended == Instant(clock[0], clock[0])
 
 
 def test_a_progress_task_whose_claim_kafka_refuses_fails_with_kafkas_error_and_produces_nothing(monkeypatch):

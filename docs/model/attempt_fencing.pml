@@ -61,6 +61,9 @@
 #if defined(PROGRESS) && !defined(RESTART)
 #error "PROGRESS is a configuration of a new run (RESTART)"
 #endif
+#if defined(CRASHES) && defined(REUSE_ID)
+#error "CRASHES marks dead attempts by transactional id: one id per attempt"
+#endif
 #define LOGMAX (2 * NA + 2)     /* two plan records, and a CLAIM and a RELEASE per attempt */
 
 /* Claims topic records, packed into a byte: kind, attempt epoch, transactional id. */
@@ -212,7 +215,6 @@ proctype Attempt(byte me; byte id; byte batch; byte qrun) {
     byte from;           /* where its plan's claims start (its plan record) */
     byte o;              /* offset of its CLAIM */
     bool claimed;        /* its CLAIM is in the topic and not released */
-    bool opened;         /* step 2 done: its transaction was opened (CLAIM_FIRST runs it after 4b) */
     byte fence;          /* bit t set: transactional id t is to be fenced before going on */
     bool stale;          /* a CLAIM with a higher epoch was read: this attempt is a zombie */
     byte seen;           /* the group's committed offset, as read */
@@ -236,9 +238,10 @@ end_unplanned:
 #endif
         atomic { from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++;
                  printf("driver of run 2: batch 1 planned again at claims offset %d\n", from) }
-#ifdef PROGRESS
+#if defined(PROGRESS) && !defined(MUTANT_NO_LOOKBACK)
         /* A progress plan's attempts read back one transaction timeout (and a margin) before it:
-         * every claim of run 1 whose transaction may still be open, here all of them. */
+         * every claim of run 1 whose transaction may still be open, here all of them. (MUTANT:
+         * from its own plan record only, as a plan of input offsets reads.) */
         from = 0;
 #endif
     :: else -> from = 0
@@ -269,7 +272,7 @@ produce:
     if
     :: atomic {
            if
-           :: CURRENT(id, my_pe) -> open[id] = true; txn_batch[id] = batch; opened = true;
+           :: CURRENT(id, my_pe) -> open[id] = true; txn_batch[id] = batch;
                 printf("A%d: produced its records in a transaction of t%d\n", me, id)
            :: else -> printf("A%d: produce: PRODUCER_FENCED\n", me); goto failed
            fi

@@ -101,6 +101,8 @@ CONFIGS = (
            "a read of the group's offset that does not wait for pending transactional offsets"),
     Config("mutant:no-member-check+restart", ("ATTEMPTS=1", "RESTART", "MUTANT_NO_MEMBER_CHECK"), VIOLATION,
            "offsets taken from a replaced member: the runs' claims do not order them, layer 1 must"),
+    Config("mutant:progress-no-lookback", ("ATTEMPTS=1", "RESTART", "PROGRESS", "CLAIM_FIRST", "MUTANT_NO_LOOKBACK"),
+           VIOLATION, "a progress plan whose attempts read claims from their own plan only: no layer 1 fences run 1"),
 )
 
 # --full adds these: minutes and gigabytes each (COLLAPSE compresses the stored states

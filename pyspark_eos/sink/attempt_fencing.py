@@ -51,15 +51,18 @@ transaction, so every transaction of an earlier run that may still be open has a
 run's attempt of the task finds and fences: a driver killed while its tasks wrote leaves nothing
 open for the broker's timeout to end (read_committed readers of the output would wait for it).
 It then delivers that first record at once and refuses if that took longer than
-``OPEN_AFTER_CLAIM_S`` after it began to claim: its transaction is then aborted by the broker no
-later than one transaction timeout, that bound and the broker's sweep after the claim, which the
-lookback's margin covers (docs/model, CLAIM_FIRST).
+``OPEN_AFTER_CLAIM_S`` after its claim was appended (by the wall clock, which a suspended host's
+runs on, and by the monotonic one, which a clock step does not move; a claim whose fences took long
+is appended again first): its transaction is then aborted by the broker no later than one
+transaction timeout, that bound and the broker's sweep after the claim, which the look-back's
+margin covers with the clocks' skew (docs/model, CLAIM_FIRST). This holds while a restart's
+transaction timeout is not shorter than the dead run's: the look-back is the new run's.
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from confluent_kafka import KafkaException
@@ -78,14 +81,32 @@ from .transactional_id_factory import current_holder, process_token, slots_name
 log = logging.getLogger(__name__)
 
 # How long a progress attempt may take from its claim to its transaction opened at the broker (its
-# first record delivered): part of the lookback's margin (writer.LOOKBACK_MARGIN_MS).
+# first record delivered): part of the look-back's margin (writer.LOOKBACK_MARGIN_MS). A claim older
+# than half of it once the attempt has enforced it (its fences took long) is appended again.
 OPEN_AFTER_CLAIM_S = 10.0
+RENEW_CLAIM_AFTER_S = OPEN_AFTER_CLAIM_S / 2
 
 
-def opened_in_time(claimed_s: float, opened_s: float) -> bool:
-    """Whether a progress attempt's transaction opened (``opened_s``, monotonic) soon enough after it
-    began to claim (``claimed_s``) for a later run's lookback to find its claim."""
-    return opened_s - claimed_s <= OPEN_AFTER_CLAIM_S
+@dataclass(frozen=True)
+class Instant:
+    """A moment on both of this host's clocks: the wall clock (what stamps a claim, and runs on
+    while the host is suspended) and the monotonic one (which a clock step does not move)."""
+
+    wall: float
+    monotonic: float
+
+    @staticmethod
+    def now() -> "Instant":
+        return Instant(time.time(), time.monotonic())
+
+    def seconds_until(self, later: "Instant") -> float:
+        return max(later.wall - self.wall, later.monotonic - self.monotonic)
+
+
+def opened_in_time(claimed: Instant, opened: Instant) -> bool:
+    """Whether a progress attempt's transaction opened soon enough after its claim was appended for
+    a later run's look-back to find the claim."""
+    return claimed.seconds_until(opened) <= OPEN_AFTER_CLAIM_S
 
 
 @dataclass
@@ -99,6 +120,17 @@ class AttemptClaim:
     clients: ClaimsClients
     # The group generations recorded since the task's plans (a rebalance during the batch).
     stamps: tuple[GroupStamp, ...] = ()
+    appended: Instant = field(default_factory=Instant.now)  # just before its latest copy was appended
+
+    def renew_if_old(self) -> None:
+        """Append a copy of this claim when the first is older than RENEW_CLAIM_AFTER_S (its fences
+        took long), so that the attempt's transaction opens soon after a claim of it. A copy names
+        the same attempt: whoever read the first copy decided on it, and a reader of the copy
+        decides the same."""
+        if self.appended.seconds_until(Instant.now()) > RENEW_CLAIM_AFTER_S:
+            appended = Instant.now()
+            append(self.clients.producer(), self.topic, self.claim.group, self.claim.to_json())
+            self.appended = appended
 
     def enforce(self) -> None:
         """Read the claims up to this one and act on the fence decision (fence_decision)."""
@@ -169,8 +201,9 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
     own = Claim(CLAIM, group, frozenset(partitions), AttemptOrder(plans[-1].offset, task_attempt_id),
                 transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t), slots=slots_name(),
                 holder=process_token())
+    appended = Instant.now()
     own = replace(own, offset=append(clients.producer(), topic, group, own.to_json()))
-    return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients)
+    return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients, appended=appended)
 
 
 def _log_other_instances(claims: tuple[Claim, ...], own: Claim) -> None:

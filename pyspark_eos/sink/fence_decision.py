@@ -93,7 +93,7 @@ def taken_over_since(zombie: Claim, own: Claim, holder: str | None) -> bool:
     another process than the one that claimed (``holder``: its lock file's holder now). A process
     takes a slot over only from a dead holder (transactional_id_factory), and its own
     init_transactions aborted what the dead attempt left open: a fence now would abort the new
-    holder's transaction, another task's, which the claims it read may not show yet (it claims after
-    producing). An empty holder (a slot being taken) proves nothing."""
+    holder's transaction, another task's, which the claims it read may not show yet (a task with
+    input offsets claims after producing). An empty holder (a slot being taken) proves nothing."""
     return bool(zombie.holder and zombie.slots and zombie.slots == own.slots and holder
                 and holder != zombie.holder)

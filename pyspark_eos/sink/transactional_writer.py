@@ -33,7 +33,7 @@ from ..protocol.claims_log import PlanRecord
 from ..errors import TransactionFailedError
 from ..protocol.handover import collect, release
 from . import worker_resources
-from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, opened_in_time
+from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, Instant, opened_in_time
 from .commit_decision import CommitDecision, TaskOutcome
 from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgress, deliver
 from .idempotent_writes import batch_write_target, refuse_group_in_foreach_batch, stream_target
@@ -118,7 +118,6 @@ class _WriteTask:
     steps: StepTimes = field(default_factory=StepTimes)
     claim: AttemptClaim | None = None  # set once claimed: released when the transaction surely ended
     claimed: bool = False  # claimed already (with fencing switched off, claim stays None)
-    claiming_since: float = 0.0  # when a claim-first attempt began to claim (monotonic)
     committing: InputOffsets | TaskProgress | None = None  # set once prepared: a failure names it
 
     def run(self, records: Iterable[RecordColumns]) -> EosKafkaCommitMessage:
@@ -149,20 +148,21 @@ class _WriteTask:
 
     def before_first_record(self) -> None:
         if self.target.claims_first and not faults.switched_off(faults.CLAIM_FIRST_OFF):
-            self.claiming_since = time.monotonic()
             self._claim(self.target)
+            if self.claim is not None:
+                self.claim.renew_if_old()
 
     def after_first_record(self) -> None:
         """A claim-first attempt's transaction opens with its first record: at once, and soon after
-        the claim, or a later run's lookback could miss the claim of a transaction still open."""
-        if not self.claiming_since:
+        the claim, or a later run's look-back could miss the claim of a transaction still open."""
+        if not (self.target.claims_first and self.claim is not None):
             return
         deliver(self.worker.producer, OPEN_AFTER_CLAIM_S, "first record of this task")
-        if not opened_in_time(self.claiming_since, time.monotonic()):
+        if not opened_in_time(self.claim.appended, Instant.now()):
             raise TransactionFailedError(
                 f"the first record took over {OPEN_AFTER_CLAIM_S:.0f} s from this attempt's claim to its delivery "
                 "(a stalled worker or a slow broker): a later run of the query could miss the claim, so this attempt "
-                "aborts its transaction; Spark retries the task")
+                "aborts its transaction; Spark retries the task where it gives tasks retries")
 
     def _claim(self, committing: InputOffsets | TaskProgress) -> None:
         self.claimed = True
