@@ -5,7 +5,7 @@ until then a read_committed reader of the output sees nothing past the first ope
 The pipeline is an update-mode aggregation written through foreachBatch (dead_driver_job.py):
 each batch's ``df.write.format("eos-kafka")`` commits its tasks' progress records. Five queries
 run side by side in one driver, each with both write tasks of a batch stopped at one moment of
-their transactions: before the first record, with every record delivered, after the stable read
+their transactions: before the first record, with every record produced, after the stable read
 of their progress (claimed), with the progress sent, after the commit. Once all ten are there the
 driver is killed with its process group; the workers die with it. The restarted driver runs on
 one core (``local[1]``): it takes only the first slot's transactional id of each query, so the
@@ -36,13 +36,13 @@ import pytest
 from pyspark_eos.protocol.process_stat import running
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.embedded_kafka import start_dying_with_parent
-from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets, read_committed
+from pyspark_eos.testing.output_check import held_partitions, read_committed
 
 from .dead_driver_job import TRANSACTION_TIMEOUT_MS
 from .kafka_tools import create_topic, unique_name, wait_until
 
 JOB = Path(__file__).resolve().parent / "dead_driver_job.py"
-POINTS = (faults.STALL_BEFORE_PRODUCE, faults.STALL_RECORDS_DELIVERED, faults.STALL_AFTER_STABLE_READ,
+POINTS = (faults.STALL_BEFORE_PRODUCE, faults.STALL_RECORDS_PRODUCED, faults.STALL_AFTER_STABLE_READ,
           faults.STALL_BEFORE_COMMIT, faults.STALL_AFTER_COMMIT)
 CRASHED_BATCH = 1
 FILES, PER_FILE, KEYS = 4, 24, 8
@@ -84,9 +84,7 @@ class Query:
                 read_committed(self.bootstrap, self.topic, OUTPUT_PARTITIONS)]
         last = dict(rows)  # each partition in offset order: a window's rows share one
         wrong = {key: (last.get(key), count) for key, count in self.last_counts().items() if last.get(key) != count}
-        high = high_watermarks(self.bootstrap, self.topic, OUTPUT_PARTITIONS)
-        stable = last_stable_offsets(self.bootstrap, self.topic, OUTPUT_PARTITIONS)
-        held = {p: (stable[p], high[p]) for p in high if stable[p] < high[p]}
+        held = held_partitions(self.bootstrap, self.topic, OUTPUT_PARTITIONS)
         twice = [row for row, n in Counter(rows).items() if n > 1]
         return ([f"{len(twice)} row(s) twice"] if twice else []) + \
             ([f"{len(wrong)} window(s) with a wrong last count (seen, expected): {dict(list(wrong.items())[:3])}"]
@@ -155,6 +153,6 @@ def test_a_restarted_query_leaves_no_transaction_of_its_dead_drivers_open(kafka,
 def test_claiming_after_the_records_leaves_a_dead_drivers_transaction_open_and_the_output_held(kafka, tmp_path):
     """The control: CLAIM_FIRST_OFF, the order before claims came first."""
     problems = run_through_dead_drivers(kafka, tmp_path, 1, [faults.CLAIM_FIRST_OFF])
-    assert any("open transaction" in p for p in problems[faults.STALL_RECORDS_DELIVERED]), problems
+    assert any("open transaction" in p for p in problems[faults.STALL_RECORDS_PRODUCED]), problems
     # Claimed before they stopped, the others were fenced by the replay in that order too.
-    assert not any(problems[point] for point in POINTS if point != faults.STALL_RECORDS_DELIVERED), problems
+    assert not any(problems[point] for point in POINTS if point != faults.STALL_RECORDS_PRODUCED), problems

@@ -33,7 +33,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster, create_topic, start_dying_with_parent
-from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets, read_committed
+from pyspark_eos.testing.output_check import held_partitions, last_stable_offsets, read_committed
 
 from ..processes import kill_session
 from ..python_logging import environment
@@ -135,9 +135,7 @@ def check(bootstrap: str, topic: str, expected: dict[str, int], outcome: Outcome
     outcome.duplicates = len(rows) - len(set(rows))
     wrong = sum(last.get(key) != count for key, count in expected.items())
     outcome.wrong_windows = wrong + len(set(last) - set(expected))
-    stable = last_stable_offsets(bootstrap, topic, OUTPUT_PARTITIONS)
-    high = high_watermarks(bootstrap, topic, OUTPUT_PARTITIONS)
-    outcome.open_partitions = sum(stable[p] < high[p] for p in high)
+    outcome.open_partitions = len(held_partitions(bootstrap, topic, OUTPUT_PARTITIONS))
     return outcome.duplicates == 0 and outcome.wrong_windows == 0 and outcome.open_partitions == 0
 
 
@@ -202,11 +200,7 @@ def _wait_for_output(bootstrap: str, topic: str, driver: Driver, timeout_s: floa
 def _wait_for_open_transactions(bootstrap: str, topic: str, timeout_s: float = 120.0) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        stable = last_stable_offsets(bootstrap, topic, OUTPUT_PARTITIONS, admin)
-        high = high_watermarks(bootstrap, topic, OUTPUT_PARTITIONS, admin)
-        if all(stable[p] >= high[p] for p in high):
-            return
+    while time.monotonic() < deadline and held_partitions(bootstrap, topic, OUTPUT_PARTITIONS, admin):
         time.sleep(0.5)
 
 

@@ -33,10 +33,11 @@ STALL_MID_PRODUCE = "stall-mid-produce"  # after its first record
 STALL_AFTER_STABLE_READ = "stall-after-stable-read"  # the group's offsets read, nothing sent
 STALL_BEFORE_COMMIT = "stall-before-commit"  # offsets sent, commit not yet asked for
 STALL_AFTER_COMMIT = "stall-after-commit"  # committed, Spark not yet told
-# A progress attempt's records all delivered into its open transaction, its group not read yet.
-STALL_RECORDS_DELIVERED = "stall-records-delivered"
+# A progress attempt's records all produced into its open transaction (delivered, in the order
+# before claims came first), its group not read yet.
+STALL_RECORDS_PRODUCED = "stall-records-produced"
 STALL_POINTS = (STALL_BEFORE_PRODUCE, STALL_MID_PRODUCE, STALL_AFTER_STABLE_READ, STALL_BEFORE_COMMIT,
-                STALL_AFTER_COMMIT, STALL_RECORDS_DELIVERED)
+                STALL_AFTER_COMMIT, STALL_RECORDS_PRODUCED)
 
 # A stall point of the stable read of the group's offsets (kafka.group_offsets), which a query
 # starting from the group and a write task's replay check both make: an open transaction holds the

@@ -127,10 +127,10 @@ class AttemptClaim:
         took long), so that the attempt's transaction opens soon after a claim of it. A copy names
         the same attempt: whoever read the first copy decided on it, and a reader of the copy
         decides the same."""
-        if self.appended.seconds_until(Instant.now()) > RENEW_CLAIM_AFTER_S:
-            appended = Instant.now()
+        now = Instant.now()
+        if self.appended.seconds_until(now) > RENEW_CLAIM_AFTER_S:
             append(self.clients.producer(), self.topic, self.claim.group, self.claim.to_json())
-            self.appended = appended
+            self.appended = now
 
     def enforce(self) -> None:
         """Read the claims up to this one and act on the fence decision (fence_decision)."""

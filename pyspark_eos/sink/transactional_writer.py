@@ -23,6 +23,7 @@ from typing import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
+from ..errors import TransactionFailedError
 from ..kafka import fault_hooks as faults
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
 from ..kafka.group_offsets import fetch_stable_commits
@@ -30,7 +31,6 @@ from ..kafka.held_clients import Held
 from ..kafka.options import ClientSettings
 from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import PlanRecord
-from ..errors import TransactionFailedError
 from ..protocol.handover import collect, release
 from . import worker_resources
 from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, Instant, opened_in_time
@@ -129,9 +129,10 @@ class _WriteTask:
             faults.stall_point(faults.STALL_BEFORE_PRODUCE)
             count = produce_records(producer, records, TopicCheck(self.held, producer), delivery, self.context,
                                     self.target.digest, self)
-            if count and self.target.digest is not None:
-                deliver(producer, self.held.settings.transaction_timeout_ms / 1000)
-                faults.stall_point(faults.STALL_RECORDS_DELIVERED)
+            if count and self.target.claims_first:
+                if not self._claims_first():  # the order before claims came first: deliver, then claim
+                    deliver(producer, self.held.settings.transaction_timeout_ms / 1000)
+                faults.stall_point(faults.STALL_RECORDS_PRODUCED)
             self.steps.ended("records")
             # Only now, with the input exhausted, has every read() of this task recorded its ranges.
             provenance, files = collect(self.task.task_attempt_id)
@@ -146,8 +147,11 @@ class _WriteTask:
         self.steps.ended("commit")
         return self._reported(count, outcome)
 
+    def _claims_first(self) -> bool:
+        return self.target.claims_first and not faults.switched_off(faults.CLAIM_FIRST_OFF)
+
     def before_first_record(self) -> None:
-        if self.target.claims_first and not faults.switched_off(faults.CLAIM_FIRST_OFF):
+        if self._claims_first():
             self._claim(self.target)
             if self.claim is not None:
                 self.claim.renew_if_old()
@@ -155,7 +159,7 @@ class _WriteTask:
     def after_first_record(self) -> None:
         """A claim-first attempt's transaction opens with its first record: at once, and soon after
         the claim, or a later run's look-back could miss the claim of a transaction still open."""
-        if not (self.target.claims_first and self.claim is not None):
+        if not (self._claims_first() and self.claim is not None):
             return
         deliver(self.worker.producer, OPEN_AFTER_CLAIM_S, "first record of this task")
         if not opened_in_time(self.claim.appended, Instant.now()):

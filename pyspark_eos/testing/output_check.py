@@ -48,6 +48,16 @@ def _end_offsets(bootstrap: str, topic: str, partitions: int, admin: AdminClient
     return {tp.partition: future.result().offset for tp, future in futures.items()}
 
 
+def held_partitions(bootstrap: str, topic: str, partitions: int, admin: AdminClient | None = None
+                    ) -> dict[int, tuple[int, int]]:
+    """The partitions an open transaction holds back now: (last stable offset, high watermark) of
+    each whose read_committed end is short of its end."""
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap})
+    stable = last_stable_offsets(bootstrap, topic, partitions, admin)
+    high = high_watermarks(bootstrap, topic, partitions, admin)
+    return {p: (stable[p], high[p]) for p in high if stable[p] < high[p]}
+
+
 # Markers follow a commit within milliseconds on a healthy broker; the wait's bound is what a
 # read of a partition that a test holds open pays.
 MARKERS_WAIT_SECONDS = 5.0
