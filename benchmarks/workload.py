@@ -18,7 +18,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from devtools.processes import fork_servers, python_descendants
+from devtools.processes import descendants, fork_servers, python_descendants
 from pyspark_eos.protocol.process_stat import PROC, USER_TICKS, stat_fields
 from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets
 
@@ -247,11 +247,15 @@ def process_cpu_seconds(jvm_pid: int) -> dict[str, object]:
     time of those that exited, which their parents hold as waited-for children's; ``kafka broker``;
     ``benchmark``, this process (the driver's Python side). Subtract two with ``cpu_spent``."""
     own, waited = stat_seconds(jvm_pid)
-    groups = {"spark jvm": own, "python": waited, "benchmark": stat_seconds(os.getpid())[0]}
-    for pid in python_descendants(jvm_pid):
-        groups["python"] += sum(stat_seconds(pid))
-    return {**groups, "kafka broker": {pid: stat_seconds(pid)[0] for pid in _kafka_brokers()},
-            "fork server": {pid: sum(stat_seconds(pid)) for pid in fork_servers()}}
+    # Each fork server with the processes it forked, counted together: a server that ends between
+    # two readings (the suite's other Spark applications stop beside its benchmark smoke) then
+    # takes its children's earlier time with it, instead of leaving it to be subtracted.
+    servers = {server: [server, *descendants(server)] for server in fork_servers()}
+    forked = {pid for pids in servers.values() for pid in pids}
+    python = waited + sum(sum(stat_seconds(pid)) for pid in python_descendants(jvm_pid) if pid not in forked)
+    return {"spark jvm": own, "python": python, "benchmark": stat_seconds(os.getpid())[0],
+            "kafka broker": {pid: stat_seconds(pid)[0] for pid in _kafka_brokers()},
+            "fork server": {server: sum(sum(stat_seconds(pid)) for pid in pids) for server, pids in servers.items()}}
 
 
 def cpu_spent(before: dict, after: dict) -> dict[str, float]:
@@ -262,8 +266,8 @@ def cpu_spent(before: dict, after: dict) -> dict[str, float]:
     brokers_before, brokers_after = before["kafka broker"], after["kafka broker"]
     both = brokers_after.keys() & brokers_before.keys()
     spent["kafka broker"] = sum(brokers_after[pid] - brokers_before[pid] for pid in both)
-    # What a fork server's children ran, once they exited (the server waits for them); the live
-    # ones count among the Python processes. A server started meanwhile counts whole.
+    # What a fork server and the processes it forked ran (an exited child's time is the server's,
+    # which waits for it). A server started meanwhile counts whole; one gone by then, not at all.
     servers_before = before["fork server"]
     spent["python"] += sum(seconds - servers_before.get(pid, 0.0) for pid, seconds in after["fork server"].items())
     return spent
