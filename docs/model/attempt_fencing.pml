@@ -31,6 +31,14 @@
  *                broker's transaction timeout)
  *   (claims name their run's membership: an attempt reads only its own run's claims; between
  *   runs, the group membership and the stable read decide)
+ *   SPLIT_LOG    the claims layout of format 2: each pipeline has a topic of its own with two
+ *                partitions, a control log (plan records, generation stamps, ANNOUNCE records) and
+ *                a claims log (claims, releases). The first attempt of a task under its plan
+ *                appends its claim, then reads only the control log from its plan record to its
+ *                end; it reads the claims log too (as every attempt did in format 1) only if an
+ *                ANNOUNCE of its task is there. Every other attempt (a retry, a speculative copy)
+ *                appends an ANNOUNCE to the control log before its claim, and reads the claims log
+ *                from its plan's start to its claim. Progress attempts read the claims log always.
  *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
  *
  * Granularity: each atomic block below is ONE Kafka request (with the local decision taken on
@@ -70,6 +78,9 @@
 #define CLAIM   1
 #define RELEASE 2
 #define PLAN    3               /* a driver's record of a new plan: that plan's attempts read claims from it */
+/* SPLIT_LOG: a retry's notice in the control log, before its claim; codes are per log, and the
+ * control log's fit in a byte only with ANNOUNCE coded as CLAIM is in the claims log */
+#define ANNOUNCE CLAIM
 #define ENTRY(kind, ep, tid) ((kind) * 64 + (ep) * 8 + (tid))
 #define KIND(x)  ((x) / 64)
 #define EPOCH(x) (((x) / 8) % 8)
@@ -82,6 +93,20 @@
 #else
 #define RUN_OF(ep) 1
 #define SAME_RUN(ep, r) true    /* progress claims name no membership: one order over every run */
+#endif
+
+/* SPLIT_LOG: the first attempt of its plan (Spark's attempt 0 of the task in the stage's first
+ * attempt) reads the control log, and the claims log only if the control log tells it to; every
+ * other attempt announces itself there first. Attempt 1 is batch 1's first in run 1; the last
+ * attempt, of batch 2 or of run 2, is the first of its plan. Progress attempts read the claims log
+ * always (a new run's plan must find the claims of attempts of every earlier run). */
+#if defined(SPLIT_LOG) && !defined(PROGRESS) && !defined(NO_CLAIMS)
+#define FIRST_OF_PLAN(me) ((me) == 1 || (me) == NA && NA > ATTEMPTS)
+#else
+#define FIRST_OF_PLAN(me) false
+#endif
+#if defined(SPLIT_LOG) && defined(CLAIM_FIRST) && !defined(PROGRESS)
+#error "CLAIM_FIRST is how progress attempts run"
 #endif
 
 /* A progress group has no members: the broker takes any TxnOffsetCommit for it. */
@@ -110,9 +135,17 @@ byte C = 0;
 byte member = 1;
 
 /* The claims topic: one partition, appended with acks=all, so an append is atomic, gets the next
- * offset, and every later read sees it. Offset 0 holds batch 1's plan record of run 1. */
+ * offset, and every later read sees it. Offset 0 holds batch 1's plan record of run 1. With
+ * SPLIT_LOG this is the pipeline's claims log (claims and releases only), and `ctl` its control
+ * log, whose offset 0 holds that plan record. */
 byte claims[LOGMAX];
+#ifdef SPLIT_LOG
+byte claims_end = 0;
+byte ctl[NA + 2];               /* two plan records, an ANNOUNCE per attempt that is not first */
+byte ctl_end = 1;
+#else
 byte claims_end = 1;
+#endif
 
 /* What read_committed consumers see: how many attempts of batch b had their records made visible
  * by a commit (index 1, 2). */
@@ -198,6 +231,39 @@ end:
 
 /* ------------------------------------------------------------------ one attempt of a task */
 
+/* A driver's plan record. With SPLIT_LOG it goes to the control log, and the plan's claims start
+ * where the claims log ends once it is appended (the driver lists that end before it launches the
+ * plan's tasks; a claim between the two requests is an older plan's, which this plan's attempts do
+ * not read either way, as they do not read one just before the plan record). */
+#ifdef SPLIT_LOG
+#define APPEND_PLAN() ctl_from = ctl_end; ctl[ctl_end] = ENTRY(PLAN, 0, 0); ctl_end++; from = claims_end
+#else
+#define APPEND_PLAN() from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++
+#endif
+
+/* SPLIT_LOG, step 4a: read the control log from the plan record to its end (one step: what lies
+ * below the end it lists is fixed). An ANNOUNCE of another attempt of its run: `announced`. */
+inline read_control() {
+    if
+    :: d_step {
+           i = ctl_from;
+           do
+           :: i >= ctl_end -> break
+           :: else ->
+               if
+               :: KIND(ctl[i]) == ANNOUNCE && SAME_RUN(EPOCH(ctl[i]), qrun) && EPOCH(ctl[i]) != me ->
+                   announced = true
+               :: else -> skip
+               fi;
+               i++
+           od;
+           i = 0;
+           printf("A%d: read the control log %d..%d: announced=%d\n", me, ctl_from, ctl_end - 1, announced)
+       }
+    :: goto failed
+    fi
+}
+
 /* CRASHES: the attempt may die here, for good, leaving whatever it had open. */
 #ifdef CRASHES
 #define CRASH_POINT if :: skip :: atomic { dead[id] = true; goto crashed } fi
@@ -213,6 +279,8 @@ end:
 proctype Attempt(byte me; byte id; byte batch; byte qrun) {
     byte my_pe;          /* the producer epoch its init_transactions got */
     byte from;           /* where its plan's claims start (its plan record) */
+    byte ctl_from;       /* SPLIT_LOG: its plan record in the control log */
+    bool announced;      /* SPLIT_LOG: an ANNOUNCE of its task was read in the control log */
     byte o;              /* offset of its CLAIM */
     bool claimed;        /* its CLAIM is in the topic and not released */
     byte fence;          /* bit t set: transactional id t is to be fenced before going on */
@@ -226,7 +294,7 @@ proctype Attempt(byte me; byte id; byte batch; byte qrun) {
          * batch 2 (one append of its plan record). Waiting here for ever is no deadlock: batch 1
          * may have failed, and Spark would then run more attempts of it. */
 end_unplanned:
-        atomic { batch1_done -> from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++;
+        atomic { batch1_done -> APPEND_PLAN();
                  printf("driver: batch 1 done; batch 2 planned at claims offset %d\n", from) }
     :: qrun == 2 ->
         /* A new run of the query (the driver was restarted) replays batch 1. Its driver joins the
@@ -236,7 +304,7 @@ end_unplanned:
 #ifndef PROGRESS
         atomic { member = 2; printf("driver of run 2: joined the group, run 1's member id is fenced\n") }
 #endif
-        atomic { from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++;
+        atomic { APPEND_PLAN();
                  printf("driver of run 2: batch 1 planned again at claims offset %d\n", from) }
 #if defined(PROGRESS) && !defined(MUTANT_NO_LOOKBACK)
         /* A progress plan's attempts read back one transaction timeout (and a margin) before it:
@@ -288,6 +356,30 @@ produce:
 
 claim:
 #ifndef NO_CLAIMS
+#ifdef SPLIT_LOG
+    /* 3a. An attempt that is not the first of its plan appends ANNOUNCE to the control log (acks=all)
+     * before its claim: a first attempt whose claim lands earlier then finds it in the control
+     * log, or this attempt's read of the claims log finds that first attempt's claim. */
+    if
+    :: FIRST_OF_PLAN(me) -> skip
+#ifdef MUTANT_NO_ANNOUNCE
+    :: else -> skip      /* MUTANT: retries do not announce themselves */
+#else
+    :: else ->
+        if
+        :: atomic { ctl[ctl_end] = ENTRY(ANNOUNCE, me, id); ctl_end++;
+                    printf("A%d: ANNOUNCE(epoch %d, t%d) at control offset %d\n", me, me, id, ctl_end - 1) }
+        :: goto failed
+        fi
+#endif
+    fi;
+#ifdef MUTANT_CONTROL_BEFORE_CLAIM
+    if
+    :: FIRST_OF_PLAN(me) -> read_control()    /* MUTANT: the control log read before the claim */
+    :: else -> skip
+    fi;
+#endif
+#endif
     /* 3. Append CLAIM(epoch, transactional id) to the claims topic (acks=all), learn its offset o. */
     if
     :: atomic {
@@ -297,6 +389,26 @@ claim:
     :: goto failed
     fi;
     CRASH_POINT;
+
+#ifdef SPLIT_LOG
+    /* 4a. The first attempt of its plan reads the control log from its plan record to its end, as
+     * listed after its claim was acknowledged (one step: what lies below that end is fixed). An
+     * ANNOUNCE of an attempt of its run other than itself: read the claims log as well (step 4).
+     * Nothing: no other attempt of its task claimed before it, and any that claims later reads
+     * its claim; it goes on without reading the claims log. */
+    if
+    :: !FIRST_OF_PLAN(me) -> goto claims_scan
+    :: else -> skip
+    fi;
+#ifndef MUTANT_CONTROL_BEFORE_CLAIM
+    read_control();
+#endif
+    if
+    :: announced -> announced = false    /* read the claims log as well */
+    :: else -> goto fenced               /* no other attempt to refuse for or to fence */
+    fi;
+claims_scan:
+#endif
 
     /* 4. Read the claims from its plan's record up to and including o. Every record below o was
      * acknowledged before o was assigned, so what it reads is fixed: one step, however many
@@ -351,6 +463,9 @@ claim:
     :: atomic { fence & 16 -> init_id(4); fence = fence ^ 16; printf("A%d: fenced t4 -> epoch %d\n", me, pe[4]) }
     :: fence != 0 -> fence = 0; goto failed
     od;
+#ifdef SPLIT_LOG
+fenced:
+#endif
     CRASH_POINT;
 #endif
 #ifdef CLAIM_FIRST

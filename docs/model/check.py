@@ -80,6 +80,21 @@ CONFIGS = (
     Config("progress:1-attempt+restart,crashes,claims-after-records",
            ("ATTEMPTS=1", "RESTART", "PROGRESS", "CRASHES"), VIOLATION,
            "...but an attempt dead between its records and its claim leaves its transaction open to the timeout"),
+    # Format 2's layout: a control log and a claims log per pipeline; the first attempt of a plan reads the
+    # control log only, unless a retry announced itself there.
+    Config("split:2-attempts", ("ATTEMPTS=2", "SPLIT_LOG"), HOLDS,
+           "a first attempt that reads only the control log, and a retry that announces itself"),
+    Config("split:3-attempts", ("ATTEMPTS=3", "SPLIT_LOG"), HOLDS, "a first attempt and two retries"),
+    Config("split:2-attempts+batch-2", ("ATTEMPTS=2", "BATCH2", "SPLIT_LOG"), HOLDS,
+           "batch 2's first attempt does not read the claims log while a batch-1 zombie claims"),
+    Config("split:2-attempts+restart", ("ATTEMPTS=2", "RESTART", "SPLIT_LOG"), HOLDS,
+           "a new run's first attempt, run 1's zombies alive"),
+    Config("split:2-attempts,shared-id", ("ATTEMPTS=2", "REUSE_ID", "SPLIT_LOG"), HOLDS,
+           "the retry in the first attempt's executor slot"),
+    Config("split:3-attempts,release-in-flight", ("ATTEMPTS=3", "RELEASE_IN_FLIGHT", "SPLIT_LOG"), HOLDS,
+           "releases in flight with the control log's fast path"),
+    Config("split:progress:2-attempts+restart", ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
+           HOLDS, "progress attempts read the claims log from the look-back, the plans in the control log"),
     # The sink without claims: the stable read and the replay check alone.
     Config("no-claims:2-attempts", ("ATTEMPTS=2", "NO_CLAIMS"), VIOLATION,
            "two attempts with different ids both commit: duplicate output"),
@@ -103,6 +118,10 @@ CONFIGS = (
            "offsets taken from a replaced member: the runs' claims do not order them, layer 1 must"),
     Config("mutant:progress-no-lookback", ("ATTEMPTS=1", "RESTART", "PROGRESS", "CLAIM_FIRST", "MUTANT_NO_LOOKBACK"),
            VIOLATION, "a progress plan whose attempts read claims from their own plan only: no layer 1 fences run 1"),
+    Config("mutant:split-no-announce", ("ATTEMPTS=2", "SPLIT_LOG", "MUTANT_NO_ANNOUNCE"), VIOLATION,
+           "a retry that claims without announcing itself: the first attempt does not read its claim"),
+    Config("mutant:split-control-before-claim", ("ATTEMPTS=2", "SPLIT_LOG", "MUTANT_CONTROL_BEFORE_CLAIM"), VIOLATION,
+           "a first attempt that reads the control log before appending its claim"),
 )
 
 # --full adds these: minutes and gigabytes each (COLLAPSE compresses the stored states
