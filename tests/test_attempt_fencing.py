@@ -1,5 +1,7 @@
 """The claims protocol against the broker: a newer attempt of a task fences an older one's
-transactional id, an older attempt that claims after a newer one refuses (attempt_fencing)."""
+transactional id, an older attempt that claims after a newer one refuses (attempt_fencing), in both
+layouts of the claims (claims_layout): layout 1's one partition, and layout 2's control and claims
+logs of a pipeline, where the first attempt of a plan reads the control log only."""
 from __future__ import annotations
 
 import json
@@ -11,8 +13,11 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from pyspark_eos.kafka import fault_hooks
+from pyspark_eos.protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog, append
 from pyspark_eos.protocol.claims_records import CLAIM, AttemptOrder, Claim
+from pyspark_eos.sink import attempt_fencing
 from pyspark_eos.sink.attempt_fencing import claim_attempt
 from pyspark_eos.sink.transactional_id_factory import lease_slot
 from pyspark_eos.errors import StaleAttemptError
@@ -23,19 +28,26 @@ INPUT = [("orders", 0)]
 
 
 class Ground:
-    def __init__(self, bootstrap: str):
+    """A pipeline's claims, in layout 1 (one partition of ``claims_topic``) or 2 (a topic of the
+    pipeline's own, named after ``claims_topic`` and its group)."""
+
+    def __init__(self, bootstrap: str, layout: int = 1, claims_topic: str | None = None):
         self.bootstrap = bootstrap
+        self.layout = layout
         self.group = unique_name("fencing")
-        self.claims = ClaimsLog(bootstrap, {}, unique_name("claims"))
+        self.claims = ClaimsLog(bootstrap, {}, claims_topic or unique_name("claims"),
+                                self.group if layout == 2 else None)
         self.clients = ClaimsClients(bootstrap, {}, self.group, 60000)
         self.output = create_topic(bootstrap, unique_name("out"))
 
     def plan(self):
         return self.claims.open_plan(self.group)
 
-    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, run_tokens=(), not_before=None):
+    def claim(self, plan, attempt: int, transactional_id: str, partitions=INPUT, run_tokens=(), not_before=None,
+              first: bool = False):
+        """An attempt's claim, enforced: a retry's (not the first attempt of its plan) unless ``first``."""
         claim = claim_attempt(self.clients, [plan], self.group, partitions, attempt, f"task 0 (attempt {attempt})",
-                              transactional_id, run_tokens, not_before)
+                              transactional_id, run_tokens, not_before, first_of_plan=first)
         claim.enforce()
         return claim
 
@@ -48,9 +60,15 @@ class Ground:
         return producer
 
 
+@pytest.fixture(params=[1, 2], ids=["layout-1", "layout-2"])
+def ground(kafka, request) -> Ground:
+    return Ground(kafka.bootstrap_servers, request.param)
+
+
 @pytest.fixture
-def ground(kafka) -> Ground:
-    return Ground(kafka.bootstrap_servers)
+def progress_ground(kafka) -> Ground:
+    """Progress plans (a sink without kafka.group.id) keep layout 1, where their look-back reads."""
+    return Ground(kafka.bootstrap_servers, 1)
 
 
 def _fatal(error: KafkaException) -> bool:
@@ -94,7 +112,7 @@ DYING_WORKER = textwrap.dedent(
         producer.produce(spec["output"], value=b"dead")
         producer.flush(30)
         clients = ClaimsClients(spec["bootstrap"], {}, spec["group"], 60000)
-        claim_attempt(clients, [PlanRecord(spec["topic"], spec["plan"])], spec["group"], [tuple(p) for p in spec["input"]],
+        claim_attempt(clients, [PlanRecord(*spec["plan"])], spec["group"], [tuple(p) for p in spec["input"]],
                       5, "task 3 (attempt 5)", lease.transactional_id).enforce()
         print(lease.transactional_id, flush=True)
         os._exit(0)
@@ -110,7 +128,7 @@ def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(gr
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))  # one executor: the test and its workers
     plan, prefix = ground.plan(), unique_name("slots")
     spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
-            "topic": plan.topic, "plan": plan.offset, "input": INPUT}
+            "plan": [plan.topic, plan.offset, plan.since, plan.claims_from], "input": INPUT}
     dead = subprocess.run([sys.executable, "-c", DYING_WORKER, json.dumps(spec)], capture_output=True, text=True,
                           timeout=120)
     assert dead.returncode == 0, dead.stderr
@@ -127,7 +145,7 @@ def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(gr
 
 
 def test_an_earlier_applications_unreleased_claim_does_not_fence_the_id_a_task_of_this_one_holds(
-        ground, tmp_path, monkeypatch):
+        progress_ground, tmp_path, monkeypatch):
     # A query without a group, restarted in a new application after its driver died: the dead run's
     # attempt claimed, and its release never left the worker (a release is sent without waiting).
     # Executor ids and slot numbers repeat between applications, so its transactional id is held
@@ -135,9 +153,10 @@ def test_an_earlier_applications_unreleased_claim_does_not_fence_the_id_a_task_o
     # reads the unreleased claim. Task 0's producer was made under the new run's plan record, after
     # that claim: its init_transactions fenced the dead attempt already. Run with initialized_since
     # always False, task 1 fences the id again and task 0's commit fails fenced.
+    ground = progress_ground
     prefix, earlier = unique_name("slots"), ground.plan()
     spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
-            "topic": earlier.topic, "plan": earlier.offset, "input": INPUT}
+            "plan": [earlier.topic, earlier.offset, earlier.since, earlier.claims_from], "input": INPUT}
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "earlier-application"))
     dead = subprocess.run([sys.executable, "-c", DYING_WORKER, json.dumps(spec)], capture_output=True, text=True,
                           timeout=120)
@@ -164,7 +183,7 @@ def test_a_claim_written_twice_by_a_retry_is_one_attempts_claim(ground):
     producer = ground.open_transaction(transactional_id)
     first_copy = Claim(CLAIM, ground.group, frozenset(INPUT), AttemptOrder(plan.offset, 5), transactional_id,
                        "task 0 (attempt 5)")
-    append(ground.clients.producer(), plan.topic, ground.group, first_copy.to_json())
+    append(ground.clients.producer(), plan.topic, ground.group, first_copy.to_json(), plan.claims_partition)
     ground.claim(plan, 5, transactional_id)
     producer.commit_transaction(30)
     assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [transactional_id.encode()]
@@ -210,7 +229,8 @@ def test_a_later_plan_is_newer_whatever_the_task_attempt_ids(ground):
         ground.claim(old_run, 501, unique_name("old-run"))
 
 
-def test_a_progress_plan_fences_an_attempt_of_an_earlier_run_that_claimed_before_the_plan(ground):
+def test_a_progress_plan_fences_an_attempt_of_an_earlier_run_that_claimed_before_the_plan(progress_ground):
+    ground = progress_ground
     # Progress records (a sink without kafka.group.id) have no group generation to fence an
     # earlier run of the query: an attempt that claimed, then stalled while the query was restarted
     # in the same application, is older than the new run's plan record. The new run's plan reads
@@ -229,7 +249,8 @@ def test_a_progress_plan_fences_an_attempt_of_an_earlier_run_that_claimed_before
     assert read_committed(ground.bootstrap, ground.output) == []
 
 
-def test_a_progress_plan_reads_no_claim_before_the_plan_its_task_last_committed_under(ground):
+def test_a_progress_plan_reads_no_claim_before_the_plan_its_task_last_committed_under(progress_ground):
+    ground = progress_ground
     # An attempt of an earlier batch was fenced by the attempt that committed that batch: claims
     # before that plan are not read again, and a live transaction of the same id is left alone.
     earlier_batch = ground.plan()
@@ -267,8 +288,10 @@ def test_a_released_claim_is_not_fenced_and_other_partitions_are_not_touched(gro
 def test_an_attempt_whose_plans_claims_are_gone_refuses(ground):
     plan = ground.plan()
     ground.plan()
+    ground.claim(plan, 4, unique_name("other-task"), partitions=[("orders", 9)])
     admin = AdminClient({"bootstrap.servers": ground.bootstrap})
-    (deleted,) = admin.delete_records([TopicPartition(plan.topic, 0, plan.offset + 1)]).values()
+    gone = TopicPartition(plan.topic, plan.claims_partition, plan.reading_start() + 1)
+    (deleted,) = admin.delete_records([gone]).values()
     deleted.result(30)  # as retention would
     with pytest.raises(StaleAttemptError, match="the claims are gone"):
         ground.claim(plan, 5, unique_name("late"))
@@ -298,3 +321,121 @@ def test_a_cluster_that_auto_creates_topics_still_gets_the_claims_topic_the_prot
         assert len(admin.list_topics(topic, timeout=30).topics[topic].partitions) == 1
         (configs,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
         assert configs.result(30)["retention.ms"].value == str(CLAIMS_RETENTION_MS)
+
+
+# ------------------------------------------------------------------ layout 2: the control log's fast path
+
+@pytest.fixture
+def pipeline(kafka) -> Ground:
+    return Ground(kafka.bootstrap_servers, 2)
+
+
+def test_a_pipelines_claims_go_to_a_topic_of_its_own_with_a_control_log_and_a_claims_log(kafka, pipeline):
+    plan = pipeline.plan()
+    other = Ground(kafka.bootstrap_servers, 2, claims_topic=pipeline.claims.topic.split(".")[0])
+    assert plan.topic != other.plan().topic and plan.topic.startswith(f"{other.claims.topic.split('.')[0]}.")
+    claim = pipeline.claim(plan, 5, unique_name("first"), first=True)
+    assert claim.claim.offset == plan.claims_from  # the claims log's first record
+    claim.release()
+    pipeline.clients.producer().flush(30)
+    control = read_all(pipeline, plan.topic, CONTROL_PARTITION)
+    assert [json.loads(v)["kind"] for v in control] == ["plan"]
+    assert [json.loads(v)["kind"] for v in read_all(pipeline, plan.topic, CLAIMS_PARTITION)] == ["claim", "release"]
+
+
+def test_a_first_attempt_reads_the_control_log_only_whatever_the_other_tasks_and_pipelines_appended(kafka, pipeline):
+    plan = pipeline.plan()
+    neighbour = Ground(kafka.bootstrap_servers, 2, claims_topic=pipeline.claims.topic)
+    neighbours_plan = neighbour.plan()
+    for task in range(1, 41):  # forty other tasks of the batch, and as many of another pipeline
+        pipeline.claim(plan, 100 + task, unique_name("task"), partitions=[("orders", task)], first=True).release()
+        neighbour.claim(neighbours_plan, 100 + task, unique_name("other"), partitions=[("orders", task)]).release()
+    before = pipeline.clients.read.records
+    pipeline.claim(plan, 5, unique_name("first"), first=True)
+    assert pipeline.clients.read.records - before == 1  # its plan record
+    before = pipeline.clients.read.records
+    pipeline.claim(plan, 6, unique_name("retry"))  # a retry reads the claims log (80 claims and releases)
+    assert pipeline.clients.read.records - before >= 80
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["retry-announced", "announcements-off"])
+def test_a_first_attempt_that_claims_after_a_retry_refuses_because_the_retry_announced_itself(
+        pipeline, monkeypatch, announced):
+    # The retry of a task claims while its first attempt stalls before claiming (a GC pause past the
+    # executor's heartbeat timeout). The first attempt then claims and reads only the control log:
+    # the retry's ANNOUNCE there sends it to the claims log, where it finds the newer claim. Without
+    # the announcement it misses it, and both attempts commit the batch.
+    if not announced:
+        monkeypatch.setattr(attempt_fencing, "switched_off", lambda s: s == fault_hooks.ANNOUNCEMENTS_OFF)
+    plan = pipeline.plan()
+    first_id, retry_id = unique_name("first"), unique_name("retry")
+    first, retry = pipeline.open_transaction(first_id), pipeline.open_transaction(retry_id)
+    pipeline.claim(plan, 6, retry_id)
+    committed = [retry_id]
+    if announced:
+        with pytest.raises(StaleAttemptError, match=r"a newer attempt of this task \(task 0 \(attempt 6\)"):
+            pipeline.claim(plan, 5, first_id, first=True)
+        first.abort_transaction(30)
+    else:
+        pipeline.claim(plan, 5, first_id, first=True)
+        first.commit_transaction(30)
+        committed.append(first_id)
+    retry.commit_transaction(30)
+    output = wait_until(lambda: _at_least(len(committed), read_committed(pipeline.bootstrap, pipeline.output)), 30,
+                        "the commits' markers")
+    assert sorted(r.value for r in output) == sorted(c.encode() for c in committed)
+    assert announced == (len(output) == 1)
+
+
+def test_a_retry_fences_the_first_attempt_that_claimed_before_it(pipeline):
+    plan = pipeline.plan()
+    first_id = unique_name("first")
+    first = pipeline.open_transaction(first_id)
+    pipeline.claim(plan, 5, first_id, first=True)
+    pipeline.claim(plan, 6, unique_name("retry"))  # announces, reads the claims log: fences first_id
+    with pytest.raises(KafkaException) as fenced:
+        first.send_offsets_to_transaction([TopicPartition("orders", 0, 10)], _group_metadata(pipeline), 30)
+        first.commit_transaction(30)
+    assert _fatal(fenced.value), fenced.value
+    assert read_committed(pipeline.bootstrap, pipeline.output) == []
+
+
+def test_a_first_attempt_takes_the_generations_recorded_after_its_plan_from_the_control_log(pipeline):
+    from pyspark_eos.protocol.group_stamp import GroupStamp
+
+    plan = pipeline.plan()
+    stamp = GroupStamp(b"", pipeline.group, 4, "member-1", "instance", frozenset(INPUT), "run-1")
+    pipeline.claims.record_stamp(stamp)
+    claim = pipeline.claim(plan, 5, unique_name("first"), run_tokens=["run-1"], first=True)
+    assert [s.generation for s in claim.stamps] == [4]
+    later = GroupStamp(b"", pipeline.group, 5, "member-1", "instance", frozenset(INPUT), "run-1")
+    pipeline.claims.record_stamp(later)
+    assert claim.newer_generation(stamp, 30).generation == 5
+
+
+def read_all(ground: Ground, topic: str, partition: int) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": ground.bootstrap, "group.id": unique_name("reader"),
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values = []
+    try:
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, "no end of partition within 10 s"
+            if message.error():
+                return values
+            values.append(message.value())
+    finally:
+        consumer.close()
+
+
+def test_a_pipelines_claims_topic_without_its_two_partitions_is_refused_naming_the_fix(kafka):
+    from pyspark_eos.errors import ConfigurationError
+    from pyspark_eos.protocol.claims_layout import pipeline_topic
+
+    claims, group = unique_name("claims"), unique_name("group")
+    create_topic(kafka.bootstrap_servers, pipeline_topic(claims, group), partitions=1)  # made by hand, say
+    with pytest.raises(ConfigurationError, match=r"has 1 partition\(s\), and eos-kafka needs 2; delete it"):
+        ClaimsLog(kafka.bootstrap_servers, {}, claims, group).open_plan(group)

@@ -1,6 +1,6 @@
 """The protocol's decisions without a broker, one test per action of the model (docs/model/README.md,
 "Model actions and the code"): step 4, the fence decision on the claims an attempt read
-(sink/fence_decision); step 6, the commit decision on the group's committed offsets
+(sink/fence_decision); step 4a, whether a first attempt in layout 2 reads the claims log; step 6, the commit decision on the group's committed offsets
 (sink/commit_decision), for input offsets and for progress records. Broker tests of the same
 cases: test_attempt_fencing, test_sink_transactions, test_any_source."""
 from __future__ import annotations
@@ -13,13 +13,15 @@ from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministi
                                 StaleAttemptError, UnassignedPartitionError)
 from pyspark_eos.kafka.group_offsets import Committed
 from pyspark_eos.protocol.claims_log import PlanRecord
-from pyspark_eos.protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
+from pyspark_eos.protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
                                               decide_progress_commit)
-from pyspark_eos.sink.fence_decision import FenceOutcome, decide_fence, initialized_since, taken_over_since
+from pyspark_eos.sink.attempt_fencing import first_attempt_of_plan
+from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, initialized_since, needs_claims_read,
+                                             taken_over_since)
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
@@ -160,6 +162,40 @@ def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fen
     # a claim without run tokens (written without them) counts as this instance's
     tokenless = claim(12, 9, "t-old-writer", 18, run_tokens=())
     assert decide_fence(OWN, [tokenless, OWN]).outcome is FenceOutcome.REFUSE
+
+
+def test_step4a_a_first_attempt_with_no_announcement_in_the_control_log_reads_no_claims():
+    own = claim(10, 5, "t1", 3)
+    stamp = GroupStamp(b"", "g", 4, "m", "i", frozenset(INPUT), "run-1")
+    assert not needs_claims_read(own, True, [stamp])
+    assert not needs_claims_read(own, True, [])
+
+
+def test_step4a_an_announcement_of_another_attempt_of_its_task_sends_a_first_attempt_to_the_claims_log():
+    own = claim(10, 5, "t1", 3)
+    assert needs_claims_read(own, True, [claim(10, 6, "t2", 1, kind=ANNOUNCE)])  # a retry
+    assert needs_claims_read(own, True, [claim(8, 2, "t2", 1, kind=ANNOUNCE)])  # an earlier plan's retry
+
+
+def test_step4a_announcements_of_other_inputs_groups_instances_or_its_own_copy_do_not():
+    own = claim(10, 5, "t1", 3)
+    others = [claim(10, 6, "t2", 1, kind=ANNOUNCE, partitions=frozenset({("orders", 1)})),
+              dataclasses.replace(claim(10, 6, "t2", 1, kind=ANNOUNCE), group="other"),
+              claim(10, 6, "t2", 1, kind=ANNOUNCE, run_tokens={"run-2"}),
+              claim(10, 5, "t1", 1, kind=ANNOUNCE),
+              claim(10, 6, "t2", 1)]  # a claim is no announcement (none is in the control log)
+    assert not needs_claims_read(own, True, others)
+
+
+def test_step4a_an_attempt_that_is_not_the_first_of_its_plan_always_reads_the_claims_log():
+    assert needs_claims_read(claim(10, 6, "t2", 3), False, [])
+
+
+def test_step4a_only_a_streaming_writes_attempt_number_0_is_the_first_of_its_plan():
+    assert first_attempt_of_plan(0, batch_write=False)
+    assert not first_attempt_of_plan(1, batch_write=False)  # a retry or a speculative copy
+    assert not first_attempt_of_plan(0, batch_write=True)  # a plan of a df.write may run in several jobs
+    assert not first_attempt_of_plan(-1, batch_write=False)  # no TaskContext
 
 
 def test_step4_the_groups_stamps_read_on_the_way_are_kept_for_a_rebalance():

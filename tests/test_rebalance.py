@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from pyspark_eos.protocol.claims_layout import CONTROL_PARTITION, pipeline_topic
 from pyspark_eos.protocol.claims_records import parse_record
 from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
@@ -25,10 +26,10 @@ from .spark_tools import PARTITIONS, Pipeline, eos_pipeline
 
 
 def recorded_generations(bootstrap: str, group: str) -> list[int]:
-    """The generations of ``group`` the query's driver recorded in the claims topic."""
+    """The generations of ``group`` the query's driver recorded in its pipeline's control log."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rebalance-test-reader",
                          "enable.partition.eof": True, "enable.auto.commit": False})
-    consumer.assign([TopicPartition(DEFAULT_CLAIMS_TOPIC, 0, 0)])
+    consumer.assign([TopicPartition(pipeline_topic(DEFAULT_CLAIMS_TOPIC, group), CONTROL_PARTITION, 0)])
     generations = []
     try:
         while (message := consumer.poll(5)) is not None and message.error() is None:

@@ -51,11 +51,13 @@ READ_STALL_POINTS = (STALL_OFFSETS_PENDING,)
 # after its tasks committed and takes their workers with it before their producers delivered the
 # releases (sent without waiting); or progress attempts claim only once their records are
 # delivered (the order before claims came first), so a test can show the transaction a dead one
-# leaves open with no claim to find it by.
+# leaves open with no claim to find it by; or retries claim in layout 2 without announcing
+# themselves, so that a first attempt claiming after one of them misses it.
 ATTEMPT_FENCING_OFF = "attempt-fencing-off"
 RELEASES_OFF = "releases-off"
 CLAIM_FIRST_OFF = "claim-first-off"
-SWITCHES = (ATTEMPT_FENCING_OFF, RELEASES_OFF, CLAIM_FIRST_OFF)
+ANNOUNCEMENTS_OFF = "announcements-off"
+SWITCHES = (ATTEMPT_FENCING_OFF, RELEASES_OFF, CLAIM_FIRST_OFF, ANNOUNCEMENTS_OFF)
 
 
 def _load_handler() -> ModuleType | None:

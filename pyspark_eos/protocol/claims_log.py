@@ -1,5 +1,6 @@
-"""The claims topic: one partition where plans, generation stamps, claims and releases are
-appended in one total order (claims_records), and read back by the attempts of a plan.
+"""The claims topic: where plans, generation stamps, claims and releases are appended in order
+(claims_records), and read back by the attempts of a plan; which topic and partition each goes
+to is the layout's (claims_layout).
 
 The driver holds a ClaimsLog (plan records, stamps); each writing worker holds ClaimsClients
 (claims, releases, and reading them back). Neither producer is transactional: a claim must be
@@ -16,10 +17,11 @@ from typing import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ..errors import KafkaClientError, StaleAttemptError
+from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
 from ..kafka.held_clients import close_client
 from ..kafka.cluster import connected
 from ..kafka.options import files_explained
+from .claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, PIPELINE_PARTITIONS, claims_partition, pipeline_topic
 from .claims_records import Claim, parse_record, plan_value, stamp_value
 from .group_stamp import GroupStamp
 
@@ -38,17 +40,30 @@ class PlanRecord:
     """Stamped on every input partition of one plan: where that plan's claims start."""
 
     topic: str
-    offset: int  # of the plan's record in the claims topic (its acknowledged copy's)
+    offset: int  # of the plan's record in the claims topic (its acknowledged copy's), layout 2: its control log
     # Where its attempts start reading claims, when that is before its own record: claims of an
     # earlier run that may still commit (progress plans, see sink/attempt_fencing).
     since: int | None = None
+    # Layout 2 (claims_layout): where the plan's claims start in the pipeline's claims log, its end
+    # once the plan's record was appended. None in layout 1, where they follow the plan's record.
+    claims_from: int | None = None
+
+    @property
+    def split(self) -> bool:
+        """Whether the plan's claims are in a claims log of their own (layout 2)."""
+        return self.claims_from is not None
+
+    @property
+    def claims_partition(self) -> int:
+        return claims_partition(self.split)
 
     def reading_start(self, not_before: int | None = None) -> int:
-        """Where an attempt of this plan starts reading claims (never after the plan's record)."""
+        """Where an attempt of this plan starts reading claims (never after the plan's claims begin)."""
+        own = self.offset if self.claims_from is None else self.claims_from
         if self.since is None:
-            return self.offset
+            return own
         start = self.since if not_before is None else max(self.since, not_before)
-        return min(self.offset, start)
+        return min(own, start)
 
 
 # ------------------------------------------------------------------------------ driver side
@@ -56,12 +71,14 @@ class PlanRecord:
 class ClaimsLog:
     """The driver's end of the claims topic: creates it once, appends a plan record per plan and a
     stamp record per generation of the group membership; a retry may write one twice
-    (claims_producer)."""
+    (claims_producer). With ``pipeline`` (a consumer group), in that pipeline's own topic
+    (layout 2, claims_layout); without, in ``topic`` itself (layout 1)."""
 
-    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str):
+    def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str, pipeline: str | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.kafka_params = kafka_params
-        self.topic = topic
+        self.topic = topic if pipeline is None else pipeline_topic(topic, pipeline)
+        self.split = pipeline is not None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()  # planning and the group membership's thread both append
@@ -71,17 +88,23 @@ class ClaimsLog:
         """Append a plan record; with ``lookback_ms`` its attempts also read the claims appended
         that long before it (an earlier run's, which no group generation fences)."""
         appended_ms = int(time.time() * 1000)
-        offset = append(self._ready_producer(), self.topic, group_id, plan_value(group_id))
+        offset = append(self._ready_producer(), self.topic, group_id, plan_value(group_id), CONTROL_PARTITION)
+        if self.split:
+            # Listed only now: every attempt of this plan claims after it, once the plan is launched.
+            return PlanRecord(self.topic, offset, claims_from=log_end(self._reader(), self.topic, CLAIMS_PARTITION))
         if lookback_ms is None:
             return PlanRecord(self.topic, offset)
         return PlanRecord(self.topic, offset, self._offset_at(appended_ms - lookback_ms, offset))
 
-    def _offset_at(self, timestamp_ms: int, plan_offset: int) -> int:
-        """The first claims offset appended at or after ``timestamp_ms`` (at most ``plan_offset``)."""
+    def _reader(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer({**self.kafka_params, "bootstrap.servers": self.bootstrap_servers,
                                        "group.id": CLAIMS_READER_GROUP, "enable.auto.commit": "false"})
-        found = self._consumer.offsets_for_times([TopicPartition(self.topic, 0, max(timestamp_ms, 0))],
+        return self._consumer
+
+    def _offset_at(self, timestamp_ms: int, plan_offset: int) -> int:
+        """The first claims offset appended at or after ``timestamp_ms`` (at most ``plan_offset``)."""
+        found = self._reader().offsets_for_times([TopicPartition(self.topic, 0, max(timestamp_ms, 0))],
                                                  REQUEST_TIMEOUT_S)[0]
         if found.error is not None:
             raise KafkaClientError(f"looking up the claims topic {self.topic!r} by time failed: {found.error}; "
@@ -108,7 +131,7 @@ class ClaimsLog:
     def record_stamp(self, stamp: GroupStamp) -> None:
         """Append a new generation's stamp: tasks of a plan stamped with an older generation of the
         same run commit under it (a rebalance during their batch)."""
-        offset = append(self._ready_producer(), self.topic, stamp.group_id, stamp_value(stamp))
+        offset = append(self._ready_producer(), self.topic, stamp.group_id, stamp_value(stamp), CONTROL_PARTITION)
         log.info("generation %d of consumer group %r recorded at %s@%d", stamp.generation, stamp.group_id,
                  self.topic, offset)
 
@@ -129,13 +152,14 @@ class ClaimsLog:
 
     def _make_producer(self) -> Producer:  # with self._lock held
         if self._producer is None:
-            ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic)
+            ensure_claims_topic(self.bootstrap_servers, self.kafka_params, self.topic,
+                                PIPELINE_PARTITIONS if self.split else 1)
             self._producer = connected(claims_producer(self.bootstrap_servers, self.kafka_params),
                                        self.bootstrap_servers, REQUEST_TIMEOUT_S, self.topic)
         return self._producer
 
 
-def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str) -> None:
+def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], topic: str, partitions: int = 1) -> None:
     # librdkafka's AdminClient is a producer, and a producer's metadata request asks the broker to
     # create a topic it does not have (allow.auto.create.topics): on a cluster that auto-creates,
     # the lookup would make the claims topic with the broker's defaults (replication 1, perhaps
@@ -145,25 +169,35 @@ def ensure_claims_topic(bootstrap_servers: str, kafka_params: dict[str, str], to
                              "allow.auto.create.topics": "false"})
     metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
     if topic in metadata.topics and metadata.topics[topic].error is None:
+        _check_partitions(topic, len(metadata.topics[topic].partitions), partitions)
         return
     brokers = len(metadata.brokers)
-    # One partition: every claim of a plan is totally ordered against every other. An acknowledged
-    # claim must survive its leader's loss (a newer attempt that misses it would not fence the
-    # older one): acks=all with two in-sync replicas where the cluster has them.
+    # Each log is one partition: every claim of a plan is totally ordered against every other. An
+    # acknowledged claim must survive its leader's loss (a newer attempt that misses it would not
+    # fence the older one): acks=all with two in-sync replicas where the cluster has them.
     config = {"retention.ms": str(CLAIMS_RETENTION_MS), "cleanup.policy": "delete"}
     if brokers >= 3:
         config["min.insync.replicas"] = "2"
-    new = NewTopic(topic, 1, min(3, brokers), config=config)
+    new = NewTopic(topic, partitions, min(3, brokers), config=config)
     try:
         admin.create_topics([new], operation_timeout=REQUEST_TIMEOUT_S)[topic].result(REQUEST_TIMEOUT_S)
-        log.info("created the claims topic %s (1 partition, replication %d)", topic, min(3, brokers))
+        log.info("created the claims topic %s (%d partition(s), replication %d)", topic, partitions, min(3, brokers))
     except KafkaException as error:
         if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return
         raise KafkaClientError(
-            f"creating the claims topic {topic!r} failed: {error.args[0]}; create it (1 partition) or let "
-            "the pipeline's principal CREATE it, or name an existing one with the source option claimsTopic"
+            f"creating the claims topic {topic!r} failed: {error.args[0]}; create it ({partitions} partition(s)) or "
+            "let the pipeline's principal CREATE it (topics named after the option claimsTopic and a '.')"
         ) from error
+
+
+def _check_partitions(topic: str, found: int, wanted: int) -> None:
+    # A pipeline's topic with one partition (created by hand, or auto-created by a broker that does)
+    # has no claims log: its attempts would append claims where nobody reads them.
+    if found != wanted:
+        raise ConfigurationError(
+            f"the claims topic {topic!r} has {found} partition(s), and eos-kafka needs {wanted}; delete it (while "
+            f"no pipeline runs) and let eos-kafka create it, or create it with {wanted} partition(s)")
 
 
 def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Producer:
@@ -184,10 +218,11 @@ def claims_producer(bootstrap_servers: str, kafka_params: dict[str, str]) -> Pro
                          "enable.idempotence": False, "max.in.flight.requests.per.connection": 1, "linger.ms": 0})
 
 
-def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
-    """Produce one record to partition 0 and wait for its offset (acks=all)."""
+def append(producer: Producer, topic: str, key: str, value: bytes, partition: int = 0,
+           timeout_s: float = REQUEST_TIMEOUT_S) -> int:
+    """Produce one record to ``partition`` and wait for its offset (acks=all)."""
     result: list = []
-    producer.produce(topic, key=key.encode(), value=value, partition=0,
+    producer.produce(topic, key=key.encode(), value=value, partition=partition,
                      on_delivery=lambda error, message: result.append((error, message)))
     deadline = time.monotonic() + timeout_s
     while not result and time.monotonic() < deadline:
@@ -204,6 +239,13 @@ def append(producer: Producer, topic: str, key: str, value: bytes, timeout_s: fl
 
 # ---------------------------------------------------------------------------- executor side
 
+@dataclass
+class ReadCount:
+    """What a worker's reads of the claims topic took: records and their bytes (the protocol's load)."""
+
+    records: int = 0
+    bytes: int = 0
+
 class ClaimsClients:
     """A worker's claims producer and consumer, and what fencing an older attempt needs."""
 
@@ -215,6 +257,7 @@ class ClaimsClients:
         self.transaction_timeout_ms = transaction_timeout_ms
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self.read = ReadCount()
 
     def producer(self) -> Producer:
         if self._producer is None:
@@ -243,27 +286,47 @@ class ClaimsClients:
                 close_client(client)
 
 
-def read_claims(consumer: Consumer, topic: str, start: int, last: int, group: str) -> list["Claim | GroupStamp"]:
-    """The claims, releases and stamps in the claims topic from ``start`` to ``last`` inclusive
-    (``group``'s in a format this version does not read fail the read, claims_records)."""
+def read_claims(consumer: Consumer, topic: str, start: int, last: int, group: str, partition: int = 0,
+                counter: ReadCount | None = None) -> list["Claim | GroupStamp"]:
+    """The claims, releases and stamps in the claims topic's ``partition`` from ``start`` to ``last``
+    inclusive (``group``'s in a format this version does not read fail the read, claims_records)."""
     if last < start:
         raise StaleAttemptError(
             f"the claims topic {topic!r} ends at {last}, before this plan's record at {start}: it was deleted "
             "and created again since the batch was planned; refusing to commit. Restart the query"
         )
-    consumer.assign([TopicPartition(topic, 0, start)])
+    consumer.assign([TopicPartition(topic, partition, start)])
     try:
-        return _read_assigned(consumer, topic, start, last, group)
+        return _read_assigned(consumer, topic, start, last, group, counter)
     finally:
         # No background fetch at the partition's end while the worker does other work: the next
         # assign() would wait for it (up to fetch.wait.max.ms) before fetching from its own start.
         consumer.unassign()
 
 
+def log_end(consumer: Consumer, topic: str, partition: int) -> int:
+    """The offset after the last record of ``partition`` acknowledged to its producers (its high
+    watermark), asked of its leader now."""
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), REQUEST_TIMEOUT_S, cached=False)
+    except KafkaException as error:
+        raise KafkaClientError(f"listing the end of the claims topic {topic!r} (partition {partition}) failed: "
+                               f"{error.args[0]}; check that the principal may DESCRIBE and READ it") from error
+    return end
+
+
+def read_to_end(consumer: Consumer, topic: str, partition: int, start: int, group: str,
+                counter: ReadCount | None = None) -> list["Claim | GroupStamp"]:
+    """The records of ``partition`` from ``start`` to its end as listed now: every record whose
+    append was acknowledged before this call."""
+    end = log_end(consumer, topic, partition)
+    return read_claims(consumer, topic, start, end - 1, group, partition, counter) if end > start else []
+
+
 def await_record(consumer: Consumer, topic: str, start: int, group: str, wanted: Callable[[object], bool],
-                 timeout_s: float):
+                 timeout_s: float, partition: int = 0):
     """The first record from ``start`` on for which ``wanted`` is true, or None after ``timeout_s``."""
-    consumer.assign([TopicPartition(topic, 0, start)])
+    consumer.assign([TopicPartition(topic, partition, start)])
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -277,7 +340,8 @@ def await_record(consumer: Consumer, topic: str, start: int, group: str, wanted:
         consumer.unassign()
 
 
-def _read_assigned(consumer: Consumer, topic: str, start: int, last: int, group: str) -> list:
+def _read_assigned(consumer: Consumer, topic: str, start: int, last: int, group: str,
+                   counter: ReadCount | None) -> list:
     records: list = []
     position = start
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
@@ -290,6 +354,9 @@ def _read_assigned(consumer: Consumer, topic: str, start: int, last: int, group:
         if message is None or _skippable(message.error(), topic, start):
             continue
         position = message.offset() + 1
+        if counter is not None and message.offset() <= last:
+            counter.records += 1
+            counter.bytes += len(message.value() or b"")
         record = parse_record(message.value(), message.offset(), group) if message.offset() <= last else None
         if record is not None:
             records.append(record)

@@ -1,6 +1,6 @@
 """The records of the claims topic, as bytes on the wire and as values in the code.
 
-Four kinds, each a JSON object with a ``kind`` (docs/exactly-once.md draws who writes which):
+Five kinds, each a JSON object with a ``kind`` (docs/exactly-once.md draws who writes which):
 
 - ``plan``: appended by the driver for each plan of a batch; its offset orders the plans
   (``PlanRecord.offset``, claims_log).
@@ -8,6 +8,8 @@ Four kinds, each a JSON object with a ``kind`` (docs/exactly-once.md draws who w
   the tasks of a plan made under an older generation commit under the new one.
 - ``claim``: appended by a write task's attempt before its stable read of the group's offsets.
 - ``release``: appended by an attempt whose transaction ended, so no later attempt fences its id.
+- ``announce``: in layout 2 (claims_layout), a copy of a claim appended to the pipeline's control
+  log before the claim itself, by an attempt that is not the first of its task under its plan.
 
 Field names are kept as first written (``plan``, ``attempt``, ``memberships``): claims outlive a
 version of the package, and a reader must understand the claims of the one before it. Each record
@@ -25,7 +27,7 @@ from .formats import readable, stamped, unreadable
 from .group_stamp import GroupStamp
 from .offset_range import TopicPartitionKey
 
-PLAN, CLAIM, RELEASE, STAMP = "plan", "claim", "release", "stamp"
+PLAN, CLAIM, RELEASE, STAMP, ANNOUNCE = "plan", "claim", "release", "stamp", "announce"
 
 
 @dataclass(frozen=True, order=True)
@@ -41,7 +43,7 @@ class AttemptOrder:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim or a release of one attempt on a task's input partitions."""
+    """A claim, a release or an announcement of one attempt on a task's input partitions."""
 
     kind: str
     group: str
@@ -89,11 +91,11 @@ def parse_record(value: bytes, offset: int, group: str | None = None) -> "Claim 
     try:
         data = json.loads(value)
         kind = data.get("kind")
-        if kind in (PLAN, CLAIM, RELEASE, STAMP) and not readable(data):
+        if kind in (PLAN, CLAIM, RELEASE, STAMP, ANNOUNCE) and not readable(data):
             return _unreadable(data, offset, group)
         if kind == STAMP:
             return GroupStamp.from_json(data)
-        if kind not in (CLAIM, RELEASE):
+        if kind not in (CLAIM, RELEASE, ANNOUNCE):
             return None
         return Claim(kind, data["group"], frozenset((t, p) for t, p in data["partitions"]),
                      AttemptOrder(data["plan"], data["attempt"]), data["transactional_id"], data.get("task", "?"),

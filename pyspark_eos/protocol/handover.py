@@ -89,7 +89,7 @@ def _to_json(provenance: Provenance) -> dict:
     group, fencing = provenance.group, provenance.fencing
     return {
         "ranges": [[r.topic, r.partition, r.start, r.end] for r in provenance.ranges],
-        "fencing": None if fencing is None else [fencing.topic, fencing.offset],
+        "fencing": None if fencing is None else [fencing.topic, fencing.offset, fencing.since, fencing.claims_from],
         "group": None if group is None else group.as_json(),
     }
 

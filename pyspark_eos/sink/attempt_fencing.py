@@ -69,13 +69,14 @@ from confluent_kafka import KafkaException
 
 from ..errors import ConfigurationError, StaleAttemptError
 from ..kafka.clients import init_transactional_producer
-from ..kafka.fault_hooks import ATTEMPT_FENCING_OFF, RELEASES_OFF, switched_off
+from ..kafka.fault_hooks import ANNOUNCEMENTS_OFF, ATTEMPT_FENCING_OFF, RELEASES_OFF, switched_off
 from ..kafka.held_clients import Held
-from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_record, read_claims
-from ..protocol.claims_records import CLAIM, RELEASE, AttemptOrder, Claim
+from ..protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, claims_partition
+from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_record, read_claims, read_to_end
+from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
-from .fence_decision import FenceOutcome, decide_fence, initialized_since, taken_over_since
+from .fence_decision import FenceOutcome, decide_fence, initialized_since, needs_claims_read, taken_over_since
 from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,14 @@ class AttemptClaim:
     # The group generations recorded since the task's plans (a rebalance during the batch).
     stamps: tuple[GroupStamp, ...] = ()
     appended: Instant = field(default_factory=Instant.now)  # just before its latest copy was appended
+    # Layout 2 (claims_layout): where the task's plan records start in the pipeline's control log
+    # (None in layout 1), and whether this is the first attempt of the task under its plan.
+    control_from: int | None = None
+    first_of_plan: bool = False
+
+    @property
+    def claims_partition(self) -> int:
+        return claims_partition(self.control_from is not None)
 
     def renew_if_old(self) -> None:
         """Append a copy of this claim when the first is older than RENEW_CLAIM_AFTER_S (its fences
@@ -129,13 +138,13 @@ class AttemptClaim:
         decides the same."""
         now = Instant.now()
         if self.appended.seconds_until(now) > RENEW_CLAIM_AFTER_S:
-            append(self.clients.producer(), self.topic, self.claim.group, self.claim.to_json())
+            append(self.clients.producer(), self.topic, self.claim.group, self.claim.to_json(), self.claims_partition)
             self.appended = now
 
     def enforce(self) -> None:
         """Read the claims up to this one and act on the fence decision (fence_decision)."""
         own = self.claim
-        verdict = decide_fence(own, read_claims(self.clients.consumer(), self.topic, self.start, own.offset, own.group))
+        verdict = decide_fence(own, self._records())
         self.stamps = verdict.stamps
         _log_other_instances(verdict.other_instances, own)
         if verdict.outcome is FenceOutcome.REFUSE:
@@ -156,6 +165,18 @@ class AttemptClaim:
                     continue
                 fence(self.clients, zombie, own)
 
+    def _records(self) -> list["Claim | GroupStamp"]:
+        """What the fence decision is taken on: the claims from the plans' start to this claim, and
+        the stamps recorded since the plans; in layout 2 the claims only when step 4a asks for them."""
+        own, consumer, counter = self.claim, self.clients.consumer(), self.clients.read
+        if self.control_from is None:
+            return read_claims(consumer, self.topic, self.start, own.offset, own.group, counter=counter)
+        control = read_to_end(consumer, self.topic, CONTROL_PARTITION, self.control_from, own.group, counter)
+        stamps: list = [r for r in control if isinstance(r, GroupStamp)]
+        if not needs_claims_read(own, self.first_of_plan, control):
+            return stamps
+        return stamps + read_claims(consumer, self.topic, self.start, own.offset, own.group, CLAIMS_PARTITION, counter)
+
     def newer_generation(self, stamp: GroupStamp, timeout_s: float) -> GroupStamp | None:
         """The first generation of ``stamp``'s run newer than it recorded after this claim, waiting
         up to ``timeout_s`` for it (the driver records it once its rebalance completes)."""
@@ -164,8 +185,11 @@ class AttemptClaim:
                     and record.generation > stamp.generation)
         if not stamp.run_token:  # no token: no run whose generations could be followed
             return None
-        return await_record(self.clients.consumer(), self.topic, self.claim.offset + 1, stamp.group_id, newer,
-                            timeout_s)
+        # Layout 1: recorded after this claim, in the one partition; layout 2: in the control log,
+        # from the plans' records on (the generation's number tells which are newer).
+        start = self.claim.offset + 1 if self.control_from is None else self.control_from
+        return await_record(self.clients.consumer(), self.topic, start, stamp.group_id, newer, timeout_s,
+                            CONTROL_PARTITION)
 
     def release(self) -> None:
         # Fire and forget: a lost release costs a later attempt one needless fence, nothing more
@@ -175,7 +199,8 @@ class AttemptClaim:
         released = replace(self.claim, kind=RELEASE, offset=-1)
         try:
             producer = self.clients.producer()
-            producer.produce(self.topic, key=released.group.encode(), value=released.to_json(), partition=0)
+            producer.produce(self.topic, key=released.group.encode(), value=released.to_json(),
+                             partition=self.claims_partition)
             producer.poll(0)
         except (KafkaException, BufferError) as error:
             log.warning("releasing the claim of %s failed (%s); a retry may fence %s needlessly",
@@ -185,10 +210,11 @@ class AttemptClaim:
 def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: str,
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
                   transactional_id: str, run_tokens: Iterable[str] = (),
-                  not_before: int | None = None) -> AttemptClaim | None:
+                  not_before: int | None = None, first_of_plan: bool = False) -> AttemptClaim | None:
     """Append this attempt's claim on the task's input (None while fencing is switched off).
     ``run_tokens``: the run tokens of the plans' group stamps (this instance);
-    ``not_before``: the plan under which the task last committed, if known (progress plans)."""
+    ``not_before``: the plan under which the task last committed, if known (progress plans);
+    ``first_of_plan``: the first attempt of the task under its plans (first_attempt_of_plan)."""
     if switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
@@ -201,9 +227,24 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
     own = Claim(CLAIM, group, frozenset(partitions), AttemptOrder(plans[-1].offset, task_attempt_id),
                 transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t), slots=slots_name(),
                 holder=process_token())
+    split = plans[0].split
+    if split and not first_of_plan and not switched_off(ANNOUNCEMENTS_OFF):
+        # Step 3a: acknowledged before the claim, so a first attempt that claimed earlier finds it.
+        append(clients.producer(), topic, group, replace(own, kind=ANNOUNCE).to_json(), CONTROL_PARTITION)
     appended = Instant.now()
-    own = replace(own, offset=append(clients.producer(), topic, group, own.to_json()))
-    return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients, appended=appended)
+    own = replace(own, offset=append(clients.producer(), topic, group, own.to_json(), plans[0].claims_partition))
+    return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients, appended=appended,
+                        control_from=plans[0].offset if split else None, first_of_plan=split and first_of_plan)
+
+
+def first_attempt_of_plan(attempt_number: int, batch_write: bool) -> bool:
+    """Whether a write task's attempt is the first of its task under its plan (layout 2's step 4a).
+    Spark numbers a task's attempts from 0 within a stage attempt: a retry or a speculative copy
+    has a larger number. A streaming write that commits input offsets runs each plan in one stage
+    attempt, as that stage reads no shuffle output whose loss would make Spark attempt it again, and
+    a micro-batch runs its write once. A batch ``df.write`` may run its plan in several jobs at once
+    (two actions on one DataFrame): none of its attempts counts as first."""
+    return attempt_number == 0 and not batch_write
 
 
 def _log_other_instances(claims: tuple[Claim, ...], own: Claim) -> None:

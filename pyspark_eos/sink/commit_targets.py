@@ -55,6 +55,7 @@ class InputOffsets:
     group_id: str
     task: TaskInfo
     plan: CommitPlan | None = None  # set by prepared()
+    first_of_plan: bool = False  # the first attempt of its task under its plan (attempt_fencing)
     digest = None
     # Its claim names the input ranges, known only once its read()s have handed them over: after
     # its records. Another run's attempts do not read its claims anyway (attempt_fencing).
@@ -72,7 +73,8 @@ class InputOffsets:
                                      "the source and the sink must be the same eos-kafka version")
         return claim_attempt(claims_clients_for(held, self.group_id), plan.fencing, self.group_id, plan.partitions,
                              self.task.task_attempt_id, self.task.describe(), worker.transactional_id,
-                             run_tokens=[stamp.run_token for stamp, _ in plan.by_member])
+                             run_tokens=[stamp.run_token for stamp, _ in plan.by_member],
+                             first_of_plan=self.first_of_plan)
 
     def under(self, claim: AttemptClaim | None) -> "InputOffsets":
         """This commit under the newest generation of the plan's membership (rebalance)."""

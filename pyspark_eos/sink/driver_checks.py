@@ -23,6 +23,7 @@ from ..kafka.at_once import all_at_once
 from ..kafka.cluster import connected, contact_admin
 from ..kafka.held_clients import close_client
 from ..kafka.options import files_explained, left_to_executors
+from ..protocol.claims_layout import pipeline_topic
 from .options import EXACTLY_ONCE, SinkOptions
 from .transactional_id_factory import id_scope, transactional_id
 
@@ -65,17 +66,24 @@ def claims_operations_needed(options: SinkOptions, streaming: bool) -> set[str]:
     return {"WRITE", "READ"} if reads else {"WRITE"}
 
 
-def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed: set[str]) -> str | None:
+def claims_topic_of(options: SinkOptions) -> str:
+    """The topic a write's claims go to: its pipeline's own with a group (claims_layout)."""
+    return options.claims_topic if options.group_id is None else pipeline_topic(options.claims_topic, options.group_id)
+
+
+def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed: set[str],
+                   prefix: str | None = None) -> str | None:
     """``authorized``: the principal's operations on the claims topic, None when Kafka refused to
-    describe it (no ACL on it at all)."""
+    describe it (no ACL on it at all); ``prefix``: the topics' prefix, for a pipeline's own topic."""
     missing = needed if authorized is None else needed - authorized - ({"READ", "WRITE"} if "ALL" in authorized
                                                                        else set())
     if not missing:
         return None
     operations = " ".join(f"--operation {operation.capitalize()}" for operation in sorted(missing))
+    resource = f"--topic {topic}" if prefix is None else f"--resource-pattern-type prefixed --topic {prefix}"
     return (f"the principal may not {' and '.join(sorted(missing))} the claims topic {topic!r} at {servers}: grant "
             f"it, e.g. kafka-acls.sh --bootstrap-server {servers} --add --allow-principal <principal> {operations} "
-            f"--topic {topic} (docs/security.md), or name a topic it may use with the option claimsTopic")
+            f"{resource} (docs/security.md), or name a topic it may use with the option claimsTopic")
 
 
 def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: float) -> None:
@@ -138,8 +146,9 @@ def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> bo
     authorized = _claims_operations(options, timeout_s)
     if authorized == "unknown":
         return False
-    message = claims_refusal(options.claims_topic, options.bootstrap_servers, authorized,
-                             claims_operations_needed(options, streaming))
+    topic = claims_topic_of(options)
+    message = claims_refusal(topic, options.bootstrap_servers, authorized, claims_operations_needed(options, streaming),
+                             None if topic == options.claims_topic else f"{options.claims_topic}.")
     if message is not None:
         raise ConfigurationError(message)
     return True
@@ -151,15 +160,16 @@ def _claims_operations(options: SinkOptions, timeout_s: float):
     did not answer."""
     with files_explained(options.kafka):
         admin, _ = contact_admin(options.kafka, options.bootstrap_servers)
-    described = admin.describe_topics(TopicCollection([options.claims_topic]), request_timeout=timeout_s,
+    topic = claims_topic_of(options)
+    described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s,
                                       include_authorized_operations=True)
     try:
-        operations = described[options.claims_topic].result(timeout_s + 5).authorized_operations
+        operations = described[topic].result(timeout_s + 5).authorized_operations
     except KafkaException as error:
         if error.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             return None
         # UNKNOWN_TOPIC_OR_PART: made on first use, and a principal without CREATE is told so there.
-        log.debug("the claims topic %r could not be described: %s", options.claims_topic, error.args[0])
+        log.debug("the claims topic %r could not be described: %s", topic, error.args[0])
         return "unknown"
     except TimeoutError:
         return "unknown"

@@ -3,7 +3,9 @@ decision of the claims protocol (sink/attempt_fencing), a pure function of plain
 
 In the model (docs/model/, step 4): scan the claims of its run from the plan's record to its own
 claim; a newer claim makes it ``stale`` (refuse), each older unreleased claim under another
-transactional id goes into ``fence``.
+transactional id goes into ``fence``. In layout 2 (SPLIT_LOG, step 4a) the first attempt of a
+plan reads its pipeline's control log instead, and scans the claims only if another attempt of its
+task announced itself there (``needs_claims_read``).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
 
-from ..protocol.claims_records import CLAIM, RELEASE, Claim
+from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, Claim
 from ..protocol.group_stamp import GroupStamp
 
 
@@ -44,6 +46,19 @@ def decide_fence(own: Claim, records: Iterable["Claim | GroupStamp"]) -> FenceVe
     zombies = _unreleased_older(rivals, own, records)
     outcome = FenceOutcome.FENCE if zombies else FenceOutcome.PROCEED
     return FenceVerdict(outcome, tuple(zombies), other_instances=others, stamps=stamps)
+
+
+def needs_claims_read(own: Claim, first_of_plan: bool, control: Iterable["Claim | GroupStamp"]) -> bool:
+    """Step 4a: whether an attempt in layout 2 reads the claims log, given the control log from its
+    plans' records to the end listed after its claim was acknowledged. An attempt that is not the
+    first of its plan always does. The first one does only if another attempt of its task (its
+    group, its input, its instance) announced itself: any announcement acknowledged before the first
+    attempt's claim is in what it read, and a retry that announces later claims later too, so its
+    own read of the claims log finds the first attempt's claim."""
+    if not first_of_plan:
+        return True
+    return any(isinstance(r, Claim) and r.kind == ANNOUNCE and r.group == own.group and r.partitions & own.partitions
+               and own.same_instance(r) and r.order != own.order for r in control)
 
 
 def unreleased(claims: Iterable[Claim]) -> list[Claim]:

@@ -14,6 +14,7 @@ class TaskInfo:
     partition_id: int
     batch_id: str | None
     query_id: str | None
+    attempt_number: int = -1  # TaskContext.attemptNumber(): 0 for a task's first attempt in its stage attempt
 
     @classmethod
     def current(cls) -> "TaskInfo":
@@ -24,7 +25,7 @@ class TaskInfo:
             return cls(-1, -1, None, None)
         return cls(context.taskAttemptId(), context.partitionId(),
                    context.getLocalProperty("streaming.sql.batchId"),
-                   context.getLocalProperty("sql.streaming.queryId"))
+                   context.getLocalProperty("sql.streaming.queryId"), context.attemptNumber())
 
     def describe(self) -> str:
         batch = f"batch {self.batch_id}, " if self.batch_id is not None else ""

@@ -33,7 +33,7 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import PlanRecord
 from ..protocol.handover import collect, release
 from . import worker_resources
-from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, Instant, opened_in_time
+from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, Instant, first_attempt_of_plan, opened_in_time
 from .commit_decision import CommitDecision, TaskOutcome
 from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgress, deliver
 from .idempotent_writes import batch_write_target, refuse_group_in_foreach_batch, stream_target
@@ -76,7 +76,7 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
 
 def _commit_target(options: SinkOptions, task: TaskInfo, progress_plan: PlanRecord | None, batch_write: bool):
     if options.commits_input_offsets:
-        return InputOffsets(options.group_id, task)
+        return InputOffsets(options.group_id, task, first_of_plan=first_attempt_of_plan(task.attempt_number, batch_write))
     if progress_plan is None:
         return RecordsOnly()
     target = (batch_write_target(options.txn_app_id, options.txn_version, options.topic, task.query_id, task.batch_id)

@@ -27,7 +27,7 @@ class SourcePlanner:
         self.batch_read = batch_read
         self.kafka = KafkaOffsetReader(options)
         self._membership: GroupMembership | None = None
-        self._claims = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic)
+        self._claims = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic, options.group_id)
         self.settings = ReaderSettings(
             consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
             include_headers=options.include_headers,
