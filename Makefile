@@ -14,7 +14,7 @@ DRIVER_CRASH_RUNS ?= 20
 DRIVER_CRASH_SEED ?=
 RELEASE_ARGS ?=
 
-.PHONY: demo test setup broker-jars dist release bench chaos driver-crashes compat release-tests spin model
+.PHONY: demo test setup broker-jars dist release bench protocol-load chaos driver-crashes compat release-tests spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -63,6 +63,11 @@ release: setup $(VENV)/.release-installed
 ## bench: every benchmark scenario (benchmarks/README.md); BENCH_ARGS="--scale quick" for a short run, "--scenario copy,..." for some
 bench: setup $(VENV)/.bench-installed
 	$(PY) -m benchmarks.bench $(BENCH_ARGS)
+
+## protocol-load: the exactly-once protocol's cost per task as pipelines and tasks grow, no Spark, on a three-node
+## cluster (benchmarks/protocol_load.py); PROTOCOL_LOAD_ARGS="--pipelines 1,10 --tasks 100" for some cases
+protocol-load: setup
+	$(PY) -m benchmarks.protocol_load $(PROTOCOL_LOAD_ARGS)
 
 ## chaos: the chaos campaign (docs/chaos.md): CHAOS_SEED (default: random, printed), CHAOS_FAULTS, CHAOS_MINUTES
 chaos: setup $(VENV)/.bench-installed

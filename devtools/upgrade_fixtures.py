@@ -72,9 +72,17 @@ FIRST_RECORDS = 12  # per input partition, before the upgrade
 BATCH_VERSION = 3  # the idempotent write's txnVersion before the upgrade
 BATCH_ROWS = 20
 MAX_OFFSETS_PER_TRIGGER = 9
+# The group pipeline's own claims topic (layout 2, written by the releases after 0.1.0; this file
+# runs under the release's code, and 0.1.0's has no claims_layout).
+try:
+    from pyspark_eos.protocol.claims_layout import PIPELINE_PARTITIONS, pipeline_topic
+
+    OWN_CLAIMS: str | None = pipeline_topic(NAMES.claims, NAMES.group)
+except ImportError:
+    OWN_CLAIMS, PIPELINE_PARTITIONS = None, 0
 # Topics whose records a restore must put at the offsets they had: the input (checkpoints and
-# committed offsets name them) and the claims topic (plans are named by offset).
-EXACT_OFFSETS = (NAMES.input, NAMES.claims)
+# committed offsets name them) and the claims topics (plans are named by offset).
+EXACT_OFFSETS = (NAMES.input, NAMES.claims, OWN_CLAIMS)
 
 
 def input_records(partition: int, first: int, count: int) -> list[tuple[str, str]]:
@@ -214,6 +222,7 @@ def dump(bootstrap: str, checkpoints: Path, out: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     topics = {NAMES.input: INPUT_PARTITIONS, NAMES.claims: 1,
+              **({OWN_CLAIMS: PIPELINE_PARTITIONS} if OWN_CLAIMS else {}),
               **{t: OUTPUT_PARTITIONS for t in (NAMES.output, NAMES.stream_output, NAMES.batch_output)}}
     state = {"topics": {topic: {"partitions": count, "records": _records(bootstrap, topic, count)}
                         for topic, count in topics.items()},

@@ -132,6 +132,26 @@ def test_status_shows_committed_and_pending_offsets_lag_stamps_members_and_trans
     pending.abort_transaction(30)
 
 
+def test_status_shows_the_pipelines_claims_topic_and_the_records_its_logs_keep(pipeline):
+    from pyspark_eos.protocol.claims_layout import pipeline_topic
+    from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog
+    from pyspark_eos.sink.attempt_fencing import claim_attempt
+
+    claims_topic = f"claims-{uuid.uuid4().hex[:8]}"
+    topic = pipeline_topic(claims_topic, pipeline.group)
+    assert status_json(pipeline.bootstrap, pipeline.group, "--claims-topic", claims_topic)["claims"] == {
+        "topic": topic, "control_records": None, "claims_records": None}
+    plan = ClaimsLog(pipeline.bootstrap, {}, claims_topic, pipeline.group).open_plan(pipeline.group)
+    clients = ClaimsClients(pipeline.bootstrap, {}, pipeline.group, 60000)
+    claim_attempt(clients, [plan], pipeline.group, [(pipeline.input, 0)], 7, "task 0 (attempt 7)", "t-0",
+                  first_of_plan=True).release()
+    clients.producer().flush(30)
+    status = status_json(pipeline.bootstrap, pipeline.group, "--claims-topic", claims_topic)
+    assert status["claims"] == {"topic": topic, "control_records": 1, "claims_records": 2}
+    text = run_cli(pipeline.bootstrap, "status", "--group", pipeline.group, "--claims-topic", claims_topic).stdout
+    assert f"claims topic {topic}: control log 1 record(s) kept" in text
+
+
 def test_status_shows_the_member_that_replaced_a_fenced_static_member(pipeline):
     replacement = pipeline.join("source-member")  # a second instance of the source: the first is fenced
     try:

@@ -37,6 +37,7 @@ from devtools.upgrade_fixtures import (
 from pyspark_eos.errors import FormatVersionError
 from pyspark_eos.protocol.checkpoint_offsets import from_json, is_kafka_offsets
 from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.protocol.claims_layout import PIPELINE_PARTITIONS, pipeline_topic
 from pyspark_eos.protocol.claims_log import ensure_claims_topic
 from pyspark_eos.protocol.claims_records import CLAIM, PLAN, RELEASE, STAMP, AttemptOrder, Claim, parse_record
 from pyspark_eos.protocol.commit_metadata import partition_metadata, stored_metadata
@@ -200,11 +201,23 @@ def test_a_pipeline_with_a_group_continues_exactly_once(restored, spark):
     assert len(_values(bootstrap, NAMES.output, OUTPUT_PARTITIONS)) == INPUT_PARTITIONS * FIRST_RECORDS
     produce_input(bootstrap, FIRST_RECORDS, 5)
     expected = _values(bootstrap, NAMES.input, INPUT_PARTITIONS)
+    shared_before = _group_plans(bootstrap)
     # The checkpoint's last batch is replayed first: its records are in Kafka already.
     run_to_end(group_pipeline(spark, bootstrap, state.checkpoint(NAMES.group_checkpoint)))
     _assert_once(bootstrap, NAMES.output, expected)
     ends = {p: len(expected) // INPUT_PARTITIONS for p in range(INPUT_PARTITIONS)}
     assert committed_offsets(bootstrap, NAMES.group, NAMES.input, INPUT_PARTITIONS) == ends
+    # It continued on layout 2: its plans and claims went to its own topic, none to the shared one.
+    own = pipeline_topic(NAMES.claims, NAMES.group)
+    kinds = {json.loads(r.value)["kind"] for r in read_committed(bootstrap, own, partitions=PIPELINE_PARTITIONS)}
+    assert {"plan", "claim", "release"} <= kinds
+    assert shared_before > 0 and _group_plans(bootstrap) == shared_before
+
+
+def _group_plans(bootstrap: str) -> int:
+    """The plan records of the pipeline with a group in the shared claims topic (layout 1)."""
+    records = [json.loads(r.value) for r in read_committed(bootstrap, NAMES.claims)]
+    return sum(r.get("kind") == "plan" and r.get("group") == NAMES.group for r in records)
 
 
 def test_a_stream_without_a_group_continues_exactly_once_and_fences_the_stalled_attempt(restored, spark):

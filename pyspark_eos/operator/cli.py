@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import ConfigurationError, EosKafkaError, KafkaClientError
 from ..kafka.callbacks import with_callbacks
+from ..kafka.options import DEFAULT_CLAIMS_TOPIC
 from . import adopt_checkpoint
 from .abort_lingering import abort_lingering
 from .pyspark_bytecode import compile_pyspark_zip, pyspark_zip
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _status(access: ClusterAccess, arguments: argparse.Namespace) -> int:
-    status = gather(access, arguments.group, arguments.transactional_id_prefix, tuple(arguments.topic or ()))
+    status = gather(access, arguments.group, arguments.transactional_id_prefix, tuple(arguments.topic or ()),
+                    arguments.claims_topic)
     print(status.to_json() if arguments.json else render(status))
     return 0
 
@@ -97,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
                              help="the sink's transactionalIdPrefix option (default eos-kafka)")
     status.add_argument("--topic", action="append", metavar="TOPIC",
                         help="also show partitions of TOPIC the group has not committed yet (repeatable)")
+    status.add_argument("--claims-topic", default=DEFAULT_CLAIMS_TOPIC,
+                        help=f"the pipeline's claimsTopic option (default {DEFAULT_CLAIMS_TOPIC}): its own claims "
+                             "topic is named after it and the group")
     abort.add_argument("--older-than", type=float, default=DEFAULT_OLDER_THAN_S, metavar="SECONDS",
                        help=f"abort only transactions open this long (default {DEFAULT_OLDER_THAN_S:.0f}); a live "
                             "worker's transaction lasts one write task")

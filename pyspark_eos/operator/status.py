@@ -5,7 +5,8 @@ OffsetFetch answers UNSTABLE_OFFSET_COMMIT), the last stable offset and the lag,
 stamped in the commit metadata (batch, query, generation). For the group: its state, static
 members and generation. For the pipeline's transactional ids (``<prefix>.<group>.``): each one's
 state and, for an open transaction, its age — read from ``__transaction_state``, the only place a
-librdkafka client can see them (coordinator_records).
+librdkafka client can see them (coordinator_records). For the pipeline's claims topic (layout 2,
+protocol/claims_layout): its name and how many records its control and claims logs keep.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from ..errors import KafkaClientError
 from ..kafka.backoff import with_retries
 from ..kafka.cluster import reachable_admin
 from ..kafka.group_offsets import describe_group as describe_group_once, fetch_committed_once
+from ..kafka.options import DEFAULT_CLAIMS_TOPIC
+from ..protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, PIPELINE_PARTITIONS, pipeline_topic
 from ..protocol.commit_metadata import stored_metadata
 from . import coordinator_records as records
 
@@ -70,6 +73,16 @@ class TransactionStatus:
     updated_s_ago: float
 
 
+@dataclass(frozen=True)
+class ClaimsStatus:
+    """The pipeline's own claims topic: records kept in its control log (plans, generation stamps,
+    announcements) and its claims log (claims, releases); None while it does not exist."""
+
+    topic: str
+    control_records: int | None
+    claims_records: int | None
+
+
 @dataclass
 class GroupStatus:
     group: str
@@ -82,6 +95,7 @@ class GroupStatus:
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
     # The group's position as Spark's startingOffsets JSON, for going back to Spark's Kafka source
     starting_offsets: dict[str, dict[str, int]] | None = None
+    claims: ClaimsStatus | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -105,7 +119,7 @@ class ClusterAccess:
 
 
 def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eos-kafka",
-           topics: tuple[str, ...] = ()) -> GroupStatus:
+           topics: tuple[str, ...] = (), claims_topic: str = DEFAULT_CLAIMS_TOPIC) -> GroupStatus:
     admin = access.admin()
     description = describe_group(admin, group, access)
     members = [_member(member) for member in description.members]
@@ -119,7 +133,22 @@ def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eo
                                "needs DESCRIBE on the group and the input topics") from error
     transactions = _transactions(access, f"{transactional_id_prefix}.{group}.", notes)
     return GroupStatus(group, transactional_id_prefix, description.state.name, generation, members, partitions,
-                       transactions, notes, starting_offsets(partitions))
+                       transactions, notes, starting_offsets(partitions), _claims(admin, claims_topic, group, notes))
+
+
+def _claims(admin: AdminClient, claims_topic: str, group: str, notes: list[str]) -> ClaimsStatus:
+    topic = pipeline_topic(claims_topic, group)
+    found = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S).topics.get(topic)
+    if found is None or found.error is not None or len(found.partitions) != PIPELINE_PARTITIONS:
+        return ClaimsStatus(topic, None, None)
+    keys = [(topic, CONTROL_PARTITION), (topic, CLAIMS_PARTITION)]
+    try:
+        start, end = listed_offsets(admin, keys, OffsetSpec.earliest()), listed_offsets(admin, keys)
+    except KafkaException as error:
+        notes.append(f"the claims topic {topic} could not be read ({error.args[0]}): DESCRIBE on it is needed")
+        return ClaimsStatus(topic, None, None)
+    control, claims = (end[key] - start[key] for key in keys)
+    return ClaimsStatus(topic, control, claims)
 
 
 def starting_offsets(partitions: list[PartitionStatus]) -> dict[str, dict[str, int]] | None:
@@ -285,8 +314,18 @@ def render(status: GroupStatus) -> str:
     lines.append(f"transactional ids {status.transactional_id_prefix}.{status.group}.*:")
     lines.append(text_table(["transactional-id", "state", "producer", "epoch", "open-for", "updated", "partitions"],
                             [_transaction_row(t) for t in status.transactions]))
+    lines.append(_claims_line(status.claims))
     lines.extend(f"note: {note}" for note in status.notes)
     return "\n".join(lines)
+
+
+def _claims_line(claims: ClaimsStatus | None) -> str:
+    if claims is None:
+        return "claims topic: not read"
+    if claims.control_records is None:
+        return f"claims topic {claims.topic}: not there (the pipeline's first plan creates it)"
+    return (f"claims topic {claims.topic}: control log {claims.control_records} record(s) kept (plans, generations, "
+            f"announcements), claims log {claims.claims_records} record(s) kept (claims, releases)")
 
 
 def _partition_row(p: PartitionStatus) -> list[str]:
