@@ -142,12 +142,23 @@ SCALING_BATCHES = 4
 SCALING_SPARK_SINK = {"kafka.enable.idempotence": "false"}
 
 
+# eos-kafka again with a task per input partition, as Spark's connector runs (minRecordsPerPartition=1
+# keeps ranges from sharing a task): its protocol's cost per task, against the connector's per task.
+TASK_PER_PARTITION = EOS + " task per partition"
+
+
+def _task_per_partition(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    return contenders.eos_kafka_copy(ground, source, partitions, records, batch, name=TASK_PER_PARTITION,
+                                     source_options={"minRecordsPerPartition": "1"})
+
+
 def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     rows = []
     for partitions in scale.scaling_partitions:
         source = prepared_input(ground, scale.scaling_records, 100, partitions)
         batch = max(scale.scaling_records // SCALING_BATCHES, partitions)
         for name, copy_run, settings in ((EOS, contenders.eos_kafka_copy, ()),
+                                         (TASK_PER_PARTITION, _task_per_partition, ()),
                                          (SPARK, contenders.spark_kafka_copy, (SCALING_SPARK_SINK,))):
             run = measured(name, copy_run, ground, source, partitions, scale.scaling_records, batch, *settings)
             ids = (contenders.transactional_ids(ground, run.extra["prefix"])

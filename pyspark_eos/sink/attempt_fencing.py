@@ -26,7 +26,13 @@ send_offsets or commit fails with PRODUCER_FENCED):
    attempt does not fence an id a healthy worker has moved on with.
 
 Of any two attempts, the one whose claim lands later reads the other's: if it is the newer one it
-fences the older before reading the group's offsets; if it is the older one it refuses. A zombie
+fences the older before reading the group's offsets; if it is the older one it refuses. In layout 2
+(protocol/claims_layout: a pipeline with a group) the first attempt of a task under its plan reads
+its pipeline's control log instead of the claims, and the claims only when another attempt of its
+task announced itself there; every other attempt announces itself before it claims. Of a first
+attempt and a later one, each appends to one log before it reads the other, so one of them sees
+the other: the later one's read of the claims finds the first's claim, or the first finds the
+announcement and reads the claims (docs/model, SPLIT_LOG). A zombie
 therefore either refuses, or finds its producer fenced, or finds the batch already committed (the
 replay check). docs/model/ holds a model of this protocol checked with spin.
 
