@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..errors import ConfigurationError, KafkaClientError, StaleAttemptError
+from ..kafka.backoff import with_retries
 from ..kafka.held_clients import close_client
 from ..kafka.cluster import connected
 from ..kafka.options import files_explained
@@ -304,15 +305,32 @@ def read_claims(consumer: Consumer, topic: str, start: int, last: int, group: st
         consumer.unassign()
 
 
+# A client that has not seen a just-created topic answers _UNKNOWN_PARTITION until its metadata
+# names it; a leader lost answers _TIMED_OUT or NOT_LEADER until the next one is elected.
+_LOG_END_RETRIABLE = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
+_LOG_END_REQUEST_S = 5.0
+
+
 def log_end(consumer: Consumer, topic: str, partition: int) -> int:
     """The offset after the last record of ``partition`` acknowledged to its producers (its high
     watermark), asked of its leader now."""
+    tp = TopicPartition(topic, partition)
     try:
-        _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), REQUEST_TIMEOUT_S, cached=False)
+        _, end = with_retries(lambda: consumer.get_watermark_offsets(tp, _LOG_END_REQUEST_S, cached=False),
+                              f"listing the end of {topic} [{partition}]", 2 * REQUEST_TIMEOUT_S,
+                              on_retry=lambda _: _refresh_metadata(consumer, topic), also=_LOG_END_RETRIABLE)
     except KafkaException as error:
         raise KafkaClientError(f"listing the end of the claims topic {topic!r} (partition {partition}) failed: "
                                f"{error.args[0]}; check that the principal may DESCRIBE and READ it") from error
     return end
+
+
+def _refresh_metadata(consumer: Consumer, topic: str) -> None:
+    """Ask for the topic's metadata: its partitions' leaders as they are now."""
+    try:
+        consumer.list_topics(topic, timeout=_LOG_END_REQUEST_S)
+    except KafkaException as error:
+        log.debug("refreshing the metadata of %s: %s", topic, error)
 
 
 def read_to_end(consumer: Consumer, topic: str, partition: int, start: int, group: str,
