@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -44,6 +44,8 @@ from pyspark_eos.kafka.clients import init_transactional_producer
 from pyspark_eos.kafka.group_offsets import fetch_stable_commits
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog
 from pyspark_eos.sink.attempt_fencing import claim_attempt
+
+from . import report
 
 log = logging.getLogger("benchmarks.protocol_load")
 
@@ -86,14 +88,9 @@ class CaseResult:
         return self.layout, self.pipelines, self.tasks
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
-
-
 def spread(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values) if values else 0.0, "p50": percentile(values, 0.5),
-            "p99": percentile(values, 0.99), "max": max(values, default=0.0)}
+    return {"mean": statistics.fmean(values), "p50": report.percentile(values, 0.5),
+            "p99": report.percentile(values, 0.99), "max": max(values)}
 
 
 class Worker:
@@ -287,14 +284,11 @@ def table(results: list[CaseResult]) -> str:
 
 
 def record(results: list[CaseResult], argv: list[str], nodes: int) -> None:
-    import subprocess
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent).stdout.strip()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("a") as out:
-        out.write(json.dumps({"at": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit, "argv": argv,
-                              "nodes": nodes, "cases": [asdict(r) for r in results]}) + "\n")
+        out.write(json.dumps({"at": time.strftime("%Y-%m-%d %H:%M:%S"), **report.code_version(), "argv": argv,
+                              "nodes": nodes, "machine": report.machine(), "cases": [asdict(r) for r in results]})
+                  + "\n")
 
 
 def _ints(text: str) -> list[int]:

@@ -138,8 +138,7 @@ def gather(access: ClusterAccess, group: str, transactional_id_prefix: str = "eo
 
 def _claims(admin: AdminClient, claims_topic: str, group: str, notes: list[str]) -> ClaimsStatus:
     topic = pipeline_topic(claims_topic, group)
-    found = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S).topics.get(topic)
-    if found is None or found.error is not None or len(found.partitions) != PIPELINE_PARTITIONS:
+    if len(_topic_partitions(admin, topic)) != PIPELINE_PARTITIONS:  # not there yet (or not eos-kafka's)
         return ClaimsStatus(topic, None, None)
     keys = [(topic, CONTROL_PARTITION), (topic, CLAIMS_PARTITION)]
     try:

@@ -43,6 +43,12 @@ def pipeline_topic(claims_topic: str, group: str) -> str:
     return f"{base}.{legible}-{digest}"
 
 
+def claims_topic_of(claims_topic: str, group: str | None) -> str:
+    """Where a pipeline's claims go: its own topic with a consumer group (layout 2), ``claimsTopic``
+    itself without one (layout 1)."""
+    return claims_topic if group is None else pipeline_topic(claims_topic, group)
+
+
 def claims_partition(split: bool) -> int:
     """The partition of a plan's claims: the claims log in layout 2, the one partition in layout 1."""
     return CLAIMS_PARTITION if split else 0

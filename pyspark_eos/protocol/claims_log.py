@@ -22,7 +22,7 @@ from ..kafka.backoff import with_retries
 from ..kafka.held_clients import close_client
 from ..kafka.cluster import connected
 from ..kafka.options import files_explained
-from .claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, PIPELINE_PARTITIONS, claims_partition, pipeline_topic
+from .claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, PIPELINE_PARTITIONS, claims_partition, claims_topic_of
 from .claims_records import Claim, parse_record, plan_value, stamp_value
 from .group_stamp import GroupStamp
 
@@ -78,7 +78,7 @@ class ClaimsLog:
     def __init__(self, bootstrap_servers: str, kafka_params: dict[str, str], topic: str, pipeline: str | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.kafka_params = kafka_params
-        self.topic = topic if pipeline is None else pipeline_topic(topic, pipeline)
+        self.topic = claims_topic_of(topic, pipeline)
         self.split = pipeline is not None
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None

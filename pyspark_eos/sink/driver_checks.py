@@ -23,7 +23,7 @@ from ..kafka.at_once import all_at_once
 from ..kafka.cluster import connected, contact_admin
 from ..kafka.held_clients import close_client
 from ..kafka.options import files_explained, left_to_executors
-from ..protocol.claims_layout import pipeline_topic
+from ..protocol.claims_layout import claims_topic_of
 from .options import EXACTLY_ONCE, SinkOptions
 from .transactional_id_factory import id_scope, transactional_id
 
@@ -64,11 +64,6 @@ def claims_operations_needed(options: SinkOptions, streaming: bool) -> set[str]:
     read the claims, except a plain batch write without a group or txnAppId (docs/security.md)."""
     reads = streaming or options.group_id is not None or options.txn_app_id is not None
     return {"WRITE", "READ"} if reads else {"WRITE"}
-
-
-def claims_topic_of(options: SinkOptions) -> str:
-    """The topic a write's claims go to: its pipeline's own with a group (claims_layout)."""
-    return options.claims_topic if options.group_id is None else pipeline_topic(options.claims_topic, options.group_id)
 
 
 def claims_refusal(topic: str, servers: str, authorized: set[str] | None, needed: set[str],
@@ -146,7 +141,7 @@ def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> bo
     authorized = _claims_operations(options, timeout_s)
     if authorized == "unknown":
         return False
-    topic = claims_topic_of(options)
+    topic = claims_topic_of(options.claims_topic, options.group_id)
     message = claims_refusal(topic, options.bootstrap_servers, authorized, claims_operations_needed(options, streaming),
                              None if topic == options.claims_topic else f"{options.claims_topic}.")
     if message is not None:
@@ -160,7 +155,7 @@ def _claims_operations(options: SinkOptions, timeout_s: float):
     did not answer."""
     with files_explained(options.kafka):
         admin, _ = contact_admin(options.kafka, options.bootstrap_servers)
-    topic = claims_topic_of(options)
+    topic = claims_topic_of(options.claims_topic, options.group_id)
     described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s,
                                       include_authorized_operations=True)
     try:
