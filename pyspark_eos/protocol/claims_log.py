@@ -306,8 +306,10 @@ def read_claims(consumer: Consumer, topic: str, start: int, last: int, group: st
 
 
 # A client that has not seen a just-created topic answers _UNKNOWN_PARTITION until its metadata
-# names it; a leader lost answers _TIMED_OUT or NOT_LEADER until the next one is elected.
-_LOG_END_RETRIABLE = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
+# names it; a leader lost answers _TIMED_OUT or NOT_LEADER until the next one is elected, and
+# _DESTROY_BROKER while librdkafka drops a broker the cluster's metadata no longer names.
+_LOG_END_RETRIABLE = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                KafkaError._DESTROY_BROKER})
 _LOG_END_REQUEST_S = 5.0
 
 
