@@ -12,9 +12,10 @@ CHAOS_FAULTS ?= 1000
 CHAOS_MINUTES ?= 150
 DRIVER_CRASH_RUNS ?= 20
 DRIVER_CRASH_SEED ?=
+EXECUTOR_CHURN ?= 20
 RELEASE_ARGS ?=
 
-.PHONY: demo test setup broker-jars dist release bench protocol-load chaos driver-crashes compat release-tests spin model
+.PHONY: demo test setup broker-jars dist release bench protocol-load chaos driver-crashes executor-churn compat release-tests spin model
 
 ## demo: install everything and run the example exactly-once pipeline on an embedded Kafka
 demo: setup
@@ -77,6 +78,12 @@ chaos: setup $(VENV)/.bench-installed
 ## checked at once after its last run (devtools/driver_crashes): DRIVER_CRASH_RUNS (default 20), DRIVER_CRASH_SEED
 driver-crashes: setup
 	$(PY) -m devtools.driver_crashes --runs $(DRIVER_CRASH_RUNS) $(if $(DRIVER_CRASH_SEED),--seed $(DRIVER_CRASH_SEED))
+
+## executor-churn: a pipeline on a standalone cluster with dynamic allocation, EXECUTOR_CHURN (default 20) executors
+## removed mid-stream and two decommissioned with a write task running: exactly once, and its transactional ids
+## counted against the task slots at once (tests/test_elastic_executors.py; make test runs it with 3)
+executor-churn: setup
+	EOS_KAFKA_EXECUTOR_CHURN=$(EXECUTOR_CHURN) $(PY) -m pytest -n 0 tests/test_elastic_executors.py $(PYTEST_ARGS)
 
 ## compat: the compatibility matrix (docs/compatibility.md): the compat tests on every supported Kafka
 ## broker, PySpark and the lowest confluent-kafka; COMPAT_ARGS="--row kafka-4.4.0" for one row

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 # them too); they use nothing but a plain confluent-kafka consumer and AdminClient.
 from pyspark_eos.testing.embedded_kafka import create_topic  # noqa: F401 - the tests' topics
 from pyspark_eos.testing.output_check import Record, committed_offsets, last_stable_offsets, read_committed  # noqa: F401
-from pyspark_eos.sink.driver_checks import PROBE_EXECUTOR
+from pyspark_eos.sink.driver_checks import PROBE_HOST
 
 
 def unique_name(prefix: str) -> str:
@@ -99,7 +99,7 @@ def transactional_ids(bootstrap: str, prefix: str, probe: bool = False) -> set[s
     the write tasks' ids, and the driver's check at start (driver_checks) with ``probe``."""
     listing = kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, "list")
     ids = {line.split()[0] for line in listing.splitlines()[1:] if line.split() and line.split()[0].startswith(prefix)}
-    return ids if probe else {name for name in ids if f".{PROBE_EXECUTOR}." not in name}
+    return ids if probe else {name for name in ids if f".{PROBE_HOST}." not in name}
 
 
 def group_members(bootstrap: str, group: str) -> list[str]:

@@ -108,14 +108,17 @@ class Pipeline:
         return run_to_end(writer, checkpoint or self.checkpoint)
 
     @contextlib.contextmanager
-    def riding_through(self, spark, servers: str | None = None) -> Iterator:
-        """A running query (a 500 ms trigger, through ``servers`` if given) that must ride through
-        what the block does to the cluster or the network: the block runs once the query has
-        written its first output; after it, every input record must reach the output while the
-        query stays up, and once the query stopped, each of them once."""
+    def riding_through(self, spark, servers: str | None = None, trigger: str = "500 milliseconds",
+                       sink_options: dict | None = None, **options) -> Iterator:
+        """A running query (through ``servers`` if given) that must ride through what the block
+        does to the cluster or the network: the block runs once the query has written its first
+        output; after it, every input record must reach the output while the query stays up, and
+        once the query stopped, each of them once. ``options``: the source's (None: left out)."""
+        options = {k: v for k, v in {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 9, **options}.items()
+                   if v is not None}
         writer = eos_pipeline(spark, servers or self.bootstrap, self.input, self.output, self.group,
-                              startingOffsets="earliest", maxOffsetsPerTrigger=9)
-        query = writer.option("checkpointLocation", self.checkpoint).trigger(processingTime="500 milliseconds").start()
+                              sink_options=sink_options, **options)
+        query = writer.option("checkpointLocation", self.checkpoint).trigger(processingTime=trigger).start()
         try:
             wait_until(lambda: self.output_values(), 120, "the query's first output")
             yield query

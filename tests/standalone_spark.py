@@ -291,3 +291,43 @@ def _ui_json(url: str, attempts: int = 3):
 
 def speculative_attempts(spark) -> list[TaskAttempt]:
     return [t for t in task_attempts(spark) if t.speculative]
+
+
+@dataclass(frozen=True)
+class ExecutorLife:
+    executor_id: str
+    host: str
+    cores: int
+    added_ms: int
+    removed_ms: int | None  # None: still alive
+    removal_reason: str
+
+
+def executor_lives(spark) -> list[ExecutorLife]:
+    """Every executor the session's application has had, live and removed, from the driver's REST
+    API (``/api/v1/applications/<app id>/allexecutors``), the driver left out."""
+    context = spark.sparkContext
+    executors = _ui_json(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/allexecutors")
+    return [ExecutorLife(e["id"], e["hostPort"].rpartition(":")[0], e["totalCores"], _epoch_ms(e["addTime"]),
+                         _epoch_ms(e["removeTime"]) if e.get("removeTime") else None, e.get("removeReason", ""))
+            for e in executors if e["id"] != "driver"]
+
+
+def peak_cores_at_once(lives: list[ExecutorLife]) -> int:
+    """The most task slots the executors in ``lives`` had at one time (their lifetimes overlapped)."""
+    events = sorted([(life.added_ms, life.cores) for life in lives]
+                    + [(life.removed_ms, -life.cores) for life in lives if life.removed_ms is not None],
+                    key=lambda event: (event[0], event[1]))  # a removal before an addition at the same ms
+    peak = running = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def _epoch_ms(text: str) -> int:
+    """Spark's REST API's dates (``2026-12-07T07:10:02.123GMT``) in milliseconds since the epoch."""
+    from datetime import datetime, timezone
+
+    parsed = datetime.strptime(text.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f")
+    return int(parsed.replace(tzinfo=timezone.utc).timestamp() * 1000)

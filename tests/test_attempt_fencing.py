@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.kafka import fault_hooks
+from pyspark_eos.protocol.executor_identity import SLOTS_DIRECTORY_ENV
 from pyspark_eos.protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog, append
 from pyspark_eos.protocol.claims_records import CLAIM, AttemptOrder, Claim
@@ -125,7 +126,7 @@ def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(gr
     # claims. The dead attempt's claim is unreleased and older, but its id is task 0's now, whose
     # claim the retry cannot read yet (a task claims after it produced): fencing the id would abort
     # task 0's transaction. Run with taken_over_since always False, task 0's commit fails fenced.
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))  # one executor: the test and its workers
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))  # one host: the test and its workers
     plan, prefix = ground.plan(), unique_name("slots")
     spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
             "plan": [plan.topic, plan.offset, plan.since, plan.claims_from], "input": INPUT}
@@ -148,15 +149,17 @@ def test_an_earlier_applications_unreleased_claim_does_not_fence_the_id_a_task_o
         progress_ground, tmp_path, monkeypatch):
     # A query without a group, restarted in a new application after its driver died: the dead run's
     # attempt claimed, and its release never left the worker (a release is sent without waiting).
-    # Executor ids and slot numbers repeat between applications, so its transactional id is held
-    # again, by task 0 of the new run, mid-transaction, while task 1 of the new run (another slot)
-    # reads the unreleased claim. Task 0's producer was made under the new run's plan record, after
-    # that claim: its init_transactions fenced the dead attempt already. Run with initialized_since
-    # always False, task 1 fences the id again and task 0's commit fails fenced.
+    # A host's slots serve every application, so its transactional id is held again, by task 0 of
+    # the new run, mid-transaction, while task 1 of the new run (another slot) reads the unreleased
+    # claim. Task 0's producer was made under the new run's plan record, after that claim: its
+    # init_transactions fenced the dead attempt already (and it took the slot over from a dead
+    # holder). Run with initialized_since and taken_over_since always False, task 1 fences the id
+    # again and task 0's commit fails fenced.
     ground = progress_ground
     prefix, earlier = unique_name("slots"), ground.plan()
     spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
             "plan": [earlier.topic, earlier.offset, earlier.since, earlier.claims_from], "input": INPUT}
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "earlier-application"))
     dead = subprocess.run([sys.executable, "-c", DYING_WORKER, json.dumps(spec)], capture_output=True, text=True,
                           timeout=120)

@@ -18,6 +18,7 @@ from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
 from pyspark_eos.protocol.handover import Provenance, record_read
 from pyspark_eos.sink.records import KafkaRecord, columns_from_records
+from pyspark_eos.sink.transactional_id_factory import slots_name
 from pyspark_eos.sink.transactional_writer import write_task
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
@@ -40,10 +41,10 @@ INPUT_PARTITIONS = 8
 
 
 def ids_per_worker_slot(ids: set[str], prefix: str, group: str, topic: str) -> None:
-    # In local mode the executor is the driver, and a task takes the lowest slot no live worker
+    # In local mode the workers are this host's, and a task takes the lowest slot no live worker
     # keeps: slots 0 to n-1. Two tasks wrote at once, so two slots at least; a worker keeps its slot
     # from task to task, so fewer ids than one batch's tasks.
-    assert ids == {f"{prefix}.{group}.driver.{slot}" for slot in range(len(ids))}
+    assert ids == {f"{prefix}.{group}.{slots_name()}.{slot}" for slot in range(len(ids))}
     assert 2 <= len(ids) < INPUT_PARTITIONS, ids
 
 

@@ -8,7 +8,8 @@ import sys
 import textwrap
 import threading
 
-from pyspark_eos.sink.transactional_id_factory import current_holder, lease_slot, process_token
+from pyspark_eos.protocol.executor_identity import SLOTS_DIRECTORY_ENV
+from pyspark_eos.sink.transactional_id_factory import current_holder, lease_slot, process_token, slots_name
 
 HOLDER = textwrap.dedent(
     """
@@ -22,22 +23,54 @@ HOLDER = textwrap.dedent(
 
 
 def test_a_dead_workers_slot_and_transactional_id_go_to_the_next_task(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     monkeypatch.setenv("SPARK_LOG_URL_STDERR", "http://h/logPage/?appId=a&executorId=3&logType=stderr")
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env=os.environ.copy())
     slot, held_id, holder_token = holder.stdout.readline().split()
-    assert (slot, held_id) == ("0", "p.g.3.0")
+    host = slots_name()
+    assert (slot, held_id) == ("0", f"p.g.{host}.0")
 
     with lease_slot("p", "g") as lease:
-        assert (lease.slot, lease.transactional_id) == (1, "p.g.3.1")  # slot 0 is busy
+        assert (lease.slot, lease.transactional_id) == (1, f"p.g.{host}.1")  # slot 0 is busy
 
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(30)
     with lease_slot("p", "g") as lease:
-        assert (lease.slot, lease.transactional_id, lease.previous_holder) == (0, "p.g.3.0", holder_token)
+        assert (lease.slot, lease.transactional_id, lease.previous_holder) == (0, f"p.g.{host}.0", holder_token)
     with lease_slot("p", "g") as again:
         assert again.slot == 0 and again.previous_holder == process_token()
+
+
+def test_the_executor_that_replaces_a_removed_one_takes_its_slots_and_transactional_ids(tmp_path, monkeypatch):
+    # Dynamic allocation: executor 3 is removed (its workers die with it) and executor 4 starts on
+    # the same host, with a local directory of its own. Its tasks take executor 3's slots, ids and
+    # all, so the ids a host ever had stay those of the workers it ran at once.
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path / "slots"))
+    ids = []
+    for executor in (3, 4):
+        monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / f"executor-{executor}"))
+        monkeypatch.setenv("SPARK_LOG_URL_STDERR", f"http://h/logPage/?appId=a&executorId={executor}&logType=stderr")
+        workers = [subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True, env=os.environ.copy()) for _ in range(2)]
+        ids.append(sorted(worker.stdout.readline().split()[1] for worker in workers))
+        for worker in workers:
+            worker.kill()
+            worker.wait(30)
+    assert ids[0] == ids[1] == [f"p.g.{slots_name()}.0", f"p.g.{slots_name()}.1"]
+
+
+def test_a_hosts_slots_name_is_made_once_per_directory(tmp_path, monkeypatch):
+    names = []
+    for directory in ("a", "b", "a"):
+        monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path / directory))
+        names.append(subprocess.run([sys.executable, "-c", NAME], capture_output=True, text=True, timeout=60,
+                                    env=os.environ.copy(), check=True).stdout.strip())
+    assert names[0] == names[2] != names[1]
+    assert names[0] == slots_name() and len(names[0]) == 12
+
+
+NAME = "from pyspark_eos.sink.transactional_id_factory import slots_name; print(slots_name())"
 
 
 FORKED_HOLDERS = textwrap.dedent(
@@ -59,14 +92,14 @@ def test_workers_forked_after_the_import_are_holders_of_their_own(tmp_path, monk
     # As a fork server's daemon forks them (pyspark_eos.daemon): the second must not take the
     # first's producer for its own, which would skip init_transactions on a transactional id
     # another process may still use.
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     result = subprocess.run([sys.executable, "-c", FORKED_HOLDERS], capture_output=True, text=True, timeout=60,
                             env=os.environ.copy())
     assert result.stdout.split("\n")[:2] == ["0 False", "0 False"], result.stderr
 
 
 def test_slots_of_different_pipelines_are_independent(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     with lease_slot("p", "g1") as first, lease_slot("p", "g2") as second:
         assert first.slot == second.slot == 0
         assert first.transactional_id != second.transactional_id
@@ -111,7 +144,7 @@ class PooledWorker:
 
 
 def test_a_worker_keeps_its_slot_and_an_idle_workers_slot_is_left_to_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     idle = PooledWorker()
     try:
         assert idle.lease() == (0, False)
@@ -127,7 +160,7 @@ def test_a_worker_keeps_its_slot_and_an_idle_workers_slot_is_left_to_it(tmp_path
 
 
 def test_a_dead_workers_slot_goes_before_the_slot_a_worker_prefers(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     doomed = PooledWorker()
     assert doomed.lease() == (0, False)  # killed while it holds slot 0, maybe mid-transaction
     with lease_slot("p", "g") as lease:
@@ -141,7 +174,7 @@ def test_a_dead_workers_slot_goes_before_the_slot_a_worker_prefers(tmp_path, mon
 
 
 def test_a_slot_names_what_its_holders_producer_was_initialized_after_and_a_fencer_waits_for_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
     with lease_slot("p", "g", records_producer=True) as lease:
         with current_holder(lease.transactional_id, wait_s=0.3) as holder:  # waited out: never recorded
             assert (holder.token, holder.busy, holder.pending) == (process_token(), True, True)

@@ -72,8 +72,9 @@ class Zombie:
 def _run_with_zombie(spark, kafka, tmp_path, point: str, fencing: bool = True, before_resume=None,
                      transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> Pipeline:
     """The pipeline's query, run to its end while an attempt of its first batch stalls at ``point``;
-    then ``before_resume(pipeline, id_prefix, began)`` (the prefix of the zombie's transactional ids,
-    and time.monotonic() before the query started), and the zombie resumes and finishes."""
+    then ``before_resume(pipeline, id_prefix, began)`` (the prefix of the pipeline's transactional ids,
+    the zombie's among them, and time.monotonic() before the query started), and the zombie resumes
+    and finishes."""
     pipeline = Pipeline(kafka, tmp_path, rounds=4)  # four batches: the zombie's and three after it
     zombie = Zombie(spark, point, tmp_path)
     prefix = unique_name("zombie")
@@ -84,9 +85,9 @@ def _run_with_zombie(spark, kafka, tmp_path, point: str, fencing: bool = True, b
         pipeline.run(spark, sink_options={"transactionalIdPrefix": prefix,
                                           "kafka.transaction.timeout.ms": transaction_timeout_ms},
                      stableOffsetsTimeoutMs=60000)
-        stalled = zombie.stalled()
+        zombie.stalled()
         if before_resume is not None:
-            before_resume(pipeline, f"{prefix}.{pipeline.group}.{stalled['executor']}.", began)
+            before_resume(pipeline, f"{prefix}.{pipeline.group}.", began)
         zombie.resume_and_wait_until_gone()
     finally:
         zombie.clean_up()

@@ -55,8 +55,8 @@ class Claim:
     # The run tokens of the attempt's plans' group stamps: which instance of the pipeline it
     # belongs to. Empty in a claim written without them: it counts as one of this instance's.
     run_tokens: frozenset[str] = frozenset()
-    # Names the executor's write slots in one application (transactional_id_factory): empty in a
-    # claim written without it.
+    # Names the write slots of the attempt's host (transactional_id_factory; in 0.1.0's claims, of
+    # its executor in one application): empty in a claim written without it.
     slots: str = ""
     # The process holding the transactional id's slot when it claimed (its token, as the slot's
     # lock file records it): empty in a claim written without it.

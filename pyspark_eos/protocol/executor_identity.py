@@ -34,3 +34,16 @@ def executor_local_directory() -> Path:
     driver's in local mode), or the temporary directory outside Spark."""
     local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
     return Path(local_dirs.split(",")[0]) if local_dirs else Path(tempfile.gettempdir())
+
+
+# Names another directory for a host's write slots, for hosts whose executors do not share the
+# temporary directory (spark.executorEnv.EOS_KAFKA_SLOTS_DIR).
+SLOTS_DIRECTORY_ENV = "EOS_KAFKA_SLOTS_DIR"
+
+
+def host_slots_directory() -> Path:
+    """Where a host's write slots live (sink/transactional_id_factory): shared by every executor
+    and application of this user on the host, which the executor's local directory is not (Spark
+    makes one per executor and removes it with the executor)."""
+    configured = os.environ.get(SLOTS_DIRECTORY_ENV)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / f"eos-kafka-slots-{os.getuid()}"

@@ -166,7 +166,7 @@ class AttemptClaim:
                 token, after = (holder.token, holder.initialized_after) if holder else (None, None)
                 if taken_over_since(zombie, own, token) or initialized_since(zombie, self.topic, after):
                     log.info("%s (%s): not fencing %s (%s): its transactional id %r is held by a process of this "
-                             "executor whose init_transactions came after that claim and ended its transaction",
+                             "host whose init_transactions came after that claim and ended its transaction",
                              own.task, own.order, zombie.task, zombie.order, zombie.transactional_id)
                     continue
                 fence(self.clients, zombie, own)

@@ -30,8 +30,8 @@ from .transactional_id_factory import id_scope, transactional_id
 log = logging.getLogger(__name__)
 
 # The probe's id sits under the prefix of the ids the tasks take (the ACL that lets them lets it),
-# beside theirs: transactional_id(prefix, scope, executor, slot) with an executor id no executor has.
-PROBE_EXECUTOR = "driver-check"
+# beside theirs: transactional_id(prefix, scope, host, slot) with a host name no host's slots have.
+PROBE_HOST = "driver-check"
 _UNSUPPORTED = {"_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION", "UNSUPPORTED_FOR_MESSAGE_FORMAT"}
 _UNAVAILABLE = {"_TIMED_OUT", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"}
 
@@ -107,7 +107,7 @@ def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: floa
 
 
 def _probe_transactions(options: SinkOptions, scope: str, timeout_s: float) -> None:
-    probe_id = transactional_id(options.transactional_id_prefix, scope, PROBE_EXECUTOR, 0)
+    probe_id = transactional_id(options.transactional_id_prefix, scope, PROBE_HOST, 0)
     # What the ACL names: the ids of a group or app (<prefix>.<scope>.), or of any query (<prefix>.query-).
     id_prefix = f"{options.transactional_id_prefix}.{scope}" + ("" if scope.endswith("-") else ".")
     with files_explained(options.kafka):

@@ -81,30 +81,30 @@ def _unreleased_older(rivals: list[Claim], own: Claim, records: list) -> list[Cl
 
 def _taken_over(claim: Claim, records: list) -> bool:
     """A later claim under the same transactional id by another attempt of any task or group, made
-    from the same executor's slots. There an id is held by one process at a time (an flock in the
-    executor's local directory, transactional_id_factory): its next holder claims only after the
+    from the same host's slots. There an id is held by one process at a time (an flock in the
+    host's slots directory, transactional_id_factory): its next holder claims only after the
     earlier attempt's transaction ended, or after its own init_transactions aborted it (a dead
     worker's slot taken over). Fencing the id again would abort the new holder's transaction,
-    another task's. Another application's executor with the same id (executor ids repeat) holds
-    other slots: no proof, so its claim takes nothing over."""
+    another task's. A claim from other slots (another host's, or an executor's in 0.1.0, whose ids
+    named executors) is no proof, so its claim takes nothing over."""
     return bool(claim.slots) and any(
         isinstance(r, Claim) and r.kind == CLAIM and r.transactional_id == claim.transactional_id
         and r.slots == claim.slots and r.offset > claim.offset and r.order != claim.order for r in records)
 
 
 def initialized_since(zombie: Claim, topic: str, initialized_after: tuple[str, int] | None) -> bool:
-    """Whether the producer that holds ``zombie``'s transactional id in this executor now was
+    """Whether the producer that holds ``zombie``'s transactional id on this host now was
     initialized after ``zombie`` claimed (in claims topic ``topic``): after a record appended later
     than the claim (``initialized_after``, its task's plan record: (topic, offset)). The zombie's
     own init_transactions came before its claim, so that later init fenced it already, and fencing
     again would only abort the holder's transaction. That holder can be a task of another
-    application than the zombie's: executor ids and slot numbers repeat between applications, and
-    with them the transactional ids of a query without a group."""
+    application than the zombie's: a host's slots serve every application, and with them the
+    transactional ids of a query without a group."""
     return initialized_after is not None and initialized_after[0] == topic and initialized_after[1] > zombie.offset
 
 
 def taken_over_since(zombie: Claim, own: Claim, holder: str | None) -> bool:
-    """Whether the slot of ``zombie``'s transactional id, one of this attempt's executor, names
+    """Whether the slot of ``zombie``'s transactional id, one of this attempt's host, names
     another process than the one that claimed (``holder``: its lock file's holder now). A process
     takes a slot over only from a dead holder (transactional_id_factory), and its own
     init_transactions aborted what the dead attempt left open: a fence now would abort the new

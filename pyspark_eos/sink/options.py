@@ -24,7 +24,7 @@ EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 
 # Kafka client settings the sink sets itself, with why.
 _FORBIDDEN_SINK_KAFKA_PARAMS = {
-    "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the executor and the slot",
+    "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the host and the slot",
     "enable.idempotence": "transactions need the idempotent producer; it is always on",
     "acks": "transactions need acks=all; it is always set",
     "enable.gapless.guarantee": "a transaction that fails to deliver a record aborts as a whole, so there is no gap "

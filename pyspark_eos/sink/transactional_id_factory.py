@@ -1,8 +1,13 @@
-"""Deterministic transactional ids: one per (prefix, group, executor, slot).
+"""Deterministic transactional ids: one per (prefix, group, host, slot).
 
-A slot is held by one running write task of an executor, with an ``flock`` on a lock file in the
-executor's local directory for the task's duration; the kernel frees it when a worker dies. Each
-lease records who held the slot last, and a task chooses, in order:
+A slot is held by one running write task of a host, with an ``flock`` on a lock file in the host's
+slots directory (executor_identity.host_slots_directory) for the task's duration; the kernel frees
+it when a worker dies. The directory is the host's, not an executor's: Spark never reuses an
+executor id within an application, so ids named for executors would grow with every executor
+dynamic allocation brings, and the broker keeps each id for ``transactional.id.expiration.ms``
+(7 days). A host's slots are taken again by the executors that replace removed ones, and by a
+restarted application's, whose tasks so also end at once what a dead run left open. Each lease
+records who held the slot last, and a task chooses, in order:
 
 1. the lowest slot whose last holder has died: its ``init_transactions`` aborts the transaction a
    dead worker may have left open at once, instead of after the broker's transaction timeout
@@ -15,21 +20,24 @@ lease records who held the slot last, and a task chooses, in order:
 3. the lowest slot this worker held last or that was never used.
 
 A free slot whose last holder is a live (idle) worker is left to it. So the ids grow to the
-number of Python workers that write at the same time or keep a producer, bounded by PySpark's
-worker pool, not by the number of tasks, and a dead worker's id is taken over by the next task.
+number of Python workers of a host that write at the same time or keep a producer, bounded by
+PySpark's worker pools, not by the number of tasks or of executors the host ever ran, and a dead
+worker's id is taken over by the next task.
 
 A slot's lock file names its holder's token and, once its producer is ready, the claims log's
 offset that producer was initialized after (a plan record its task began under): an attempt about
-to fence an id reads there whether a task of this executor holds that id now, and whether its
+to fence an id reads there whether a task of this host holds that id now, and whether its
 ``init_transactions`` already fenced the claim in question (attempt_fencing).
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import itertools
 import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,7 +45,7 @@ from itertools import count
 from pathlib import Path
 from typing import Iterator
 
-from ..protocol.executor_identity import executor_id, executor_local_directory
+from ..protocol.executor_identity import host_slots_directory
 from ..protocol.process_stat import START_TICKS, stat_fields
 
 
@@ -108,14 +116,15 @@ PENDING = "?"
 _HOLDER_BYTES = 1024
 
 
-def transactional_id(prefix: str, group_id: str | None, executor: str, slot: int) -> str:
-    return f"{prefix}.{group_id or 'no-group'}.{executor}.{slot}"
+def transactional_id(prefix: str, group_id: str | None, host: str, slot: int) -> str:
+    """``host``: the name of the host's slots (slots_name)."""
+    return f"{prefix}.{group_id or 'no-group'}.{host}.{slot}"
 
 
 def id_scope(group_id: str | None, txn_app_id: str | None, query_id: str | None) -> str | None:
     """What a transactional id names besides its prefix: the group, or else the write's app id or
-    streaming query, so that two pipelines without a group (executor ids repeat between
-    applications) never share ids and fence each other; None: ``no-group``. ``query_id`` "" gives
+    streaming query, so that two pipelines without a group (a host's slots serve every
+    application) never share ids and fence each other; None: ``no-group``. ``query_id`` "" gives
     what the ids of every streaming query share (the driver's checks know no query id)."""
     if group_id:
         return group_id
@@ -125,19 +134,46 @@ def id_scope(group_id: str | None, txn_app_id: str | None, query_id: str | None)
 
 
 # The slot directory of each id stem (all but the slot's number) this process leased under: where
-# an attempt finds which process holds an id of its executor now (current_holder).
+# an attempt finds which process holds an id of its host now (current_holder).
 _directories: dict[str, Path] = {}
 
 
 def slots_name() -> str:
-    """Names this executor's slot directories in this application (its local directory): the same
-    transactional id under the same name was held by one process at a time."""
-    return hashlib.sha256(str(executor_local_directory()).encode()).hexdigest()[:16]
+    """Names this host's slots directory in transactional ids and claims: the same transactional id
+    under the same name was held by one process at a time."""
+    return _slots_name(host_slots_directory())
+
+
+@functools.lru_cache(maxsize=None)
+def _slots_name(root: Path) -> str:
+    """A token made once per directory, with the host's name and boot: a directory copied to
+    another host (a cloned machine image) or kept over a reboot (pids start over) names other
+    slots, whose lock files a process here cannot see held."""
+    root.mkdir(parents=True, exist_ok=True)
+    name = root / "name"
+    if not name.exists():
+        draft = root / f".name.{process_token()}"
+        draft.write_text(uuid.uuid4().hex)
+        try:
+            os.link(draft, name)  # the first to link wins; every other process reads its token
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    seed = "\0".join((socket.gethostname(), _boot_id(), name.read_text().strip()))
+    return hashlib.sha256(seed.encode()).hexdigest()[:12]
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def slot_directory(prefix: str, group_id: str | None) -> Path:
     key = hashlib.sha256(f"{prefix}\0{group_id}".encode()).hexdigest()[:16]
-    directory = executor_local_directory() / "eos-kafka-slots" / key
+    directory = host_slots_directory() / key
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -145,7 +181,7 @@ def slot_directory(prefix: str, group_id: str | None) -> Path:
 @contextlib.contextmanager
 def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None,
                records_producer: bool = False) -> Iterator[SlotLease]:
-    """Hold a slot of this executor for the duration of one write task (see the module's docs).
+    """Hold a slot of this host for the duration of one write task (see the module's docs).
 
     ``preferred``: the slot this worker's producer was made for; ``records_producer``: the task
     will record what its producer was initialized after (SlotLease.record_producer).
@@ -156,7 +192,7 @@ def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None,
         with _lease(directory / f"slot-{slot}.lock", _may_take, PENDING if records_producer else "") as previous:
             if previous is None:
                 continue
-            lease = SlotLease(transactional_id(prefix, group_id, executor_id(), slot), slot, previous,
+            lease = SlotLease(transactional_id(prefix, group_id, slots_name(), slot), slot, previous,
                               directory / f"slot-{slot}.lock")
             _directories[lease.transactional_id.rpartition(".")[0]] = directory
             yield lease
@@ -172,7 +208,7 @@ PRODUCER_READY_WAIT_S = 10.0
 def current_holder(transactional_id: str, wait_s: float = PRODUCER_READY_WAIT_S) -> Iterator[SlotHolder | None]:
     """The holder the slot of ``transactional_id`` names now, the slot kept locked meanwhile when
     no task holds it, so that no task takes it over while the caller acts on the answer; None for
-    an id of slots this process never leased under (another executor, another sink). A running
+    an id of slots this process never leased under (another host, another sink). A running
     task whose producer is being made is waited for, up to ``wait_s``."""
     stem, _, slot = transactional_id.rpartition(".")
     directory = _directories.get(stem)

@@ -194,7 +194,8 @@ def stall_if_armed(point: str) -> None:
     report_dir = params.get("report_dir")
     if params.get("per_query"):
         marker = marker.with_name(f"{point}.query-{task.get('query')}")
-    _report(_report_path(marker, "stalled", report_dir), {"pid": os.getpid(), "jvm": jvm, **task})
+    _report(_report_path(marker, "stalled", report_dir),
+            {"pid": os.getpid(), "jvm": jvm, "executor_jvm": _jvm_or_none(), **task})
     _wait_for_resume(params)
     if jvm is not None:
         try:
@@ -281,6 +282,14 @@ def _victim(point: str) -> int:
     # driver-side writer) started: the JVM is the grandparent, or the parent without a daemon
     # (or the stand-in's parent, for a daemon forked by pyspark-eos-python's fork server).
     return _jvm_ancestor(os.getppid())
+
+
+def _jvm_or_none() -> int | None:
+    """The JVM this worker runs for (a test decommissions that executor), None outside Spark."""
+    try:
+        return _jvm_ancestor(os.getppid())
+    except (RuntimeError, OSError):
+        return None
 
 
 def _jvm_ancestor(pid: int) -> int:
