@@ -19,6 +19,7 @@ from typing import Iterator, Mapping
 
 from ..errors import ConfigurationError, KafkaClientError
 from .callbacks import with_callbacks
+from .java_settings import translated
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,12 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients, with the
-    Java client's ``reconnect.backoff.max.ms`` unless given; a callback setting
+    """The ``kafka.``-prefixed options with the prefix removed, for the Kafka clients, the Java
+    client's settings made librdkafka's (java_settings), with the Java client's
+    ``reconnect.backoff.max.ms`` unless given; a callback setting
     (``kafka.oauth_cb``) names a Python callable as module:function (kafka.callbacks)."""
-    params = {key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items() if key.startswith(KAFKA_PREFIX)}
+    params = translated({key[len(KAFKA_PREFIX):]: str(value) for key, value in options.items()
+                         if key.startswith(KAFKA_PREFIX)})
     return with_callbacks({"reconnect.backoff.max.ms": str(_reconnect_backoff_max_ms(params)), **params})
 
 

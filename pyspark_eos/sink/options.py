@@ -26,11 +26,15 @@ EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 _FORBIDDEN_SINK_KAFKA_PARAMS = {
     "transactional.id": "the sink derives one per worker from transactionalIdPrefix, the group, the host and the slot",
     "enable.idempotence": "transactions need the idempotent producer; it is always on",
-    "acks": "transactions need acks=all; it is always set",
+    "acks": "transactions need acks=all; it is always set (kafka.acks=all is accepted)",
     "enable.gapless.guarantee": "a transaction that fails to deliver a record aborts as a whole, so there is no gap "
                                 "to guard against; librdkafka also refuses it for the sink's clients that are not "
                                 "idempotent producers",
 }
+
+# The values of those settings the sink's producers have: accepted, as Spark's connector's sink
+# options often carry them.
+_SET_BY_THE_SINK = {"acks": ("all", "-1"), "enable.idempotence": ("true",)}
 
 
 @dataclass(frozen=True)
@@ -65,12 +69,14 @@ class SinkOptions:
         if "transactionalidper" in options:
             raise ConfigurationError(
                 f"option transactionalIdPer={options['transactionalidper']!r} is no longer supported: the sink always "
-                "uses one transactional id per write slot of an executor (KIP-447), which was its default; drop the "
+                "uses one transactional id per write slot of a host (KIP-447), which was its default; drop the "
                 "option")
         check_known(options, SINK_OPTIONS, "sink")
         params = kafka_params(options)
         for key, reason in _FORBIDDEN_SINK_KAFKA_PARAMS.items():
-            if key in params:
+            if key in params and params[key].strip().lower() in _SET_BY_THE_SINK.get(key, ()):
+                del params[key]  # what the sink sets anyway, as a connector pipeline often says
+            elif key in params:
                 raise ConfigurationError(f"option kafka.{key} is not supported by the eos-kafka sink: {reason}")
         bootstrap = params.pop("bootstrap.servers", "").strip()
         if not bootstrap:

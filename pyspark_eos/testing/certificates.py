@@ -131,3 +131,50 @@ def _write(path: Path, content: bytes) -> Path:
     path.write_bytes(content)
     path.chmod(0o600)
     return path
+
+
+@dataclass(frozen=True)
+class JavaStores:
+    """The test CA and the mutual-TLS client identity in the Java client's stores, as a connector
+    pipeline names them (``kafka.ssl.truststore.*``, ``kafka.ssl.keystore.*``), one password for all."""
+
+    password: str
+    truststore_jks: Path
+    truststore_pkcs12: Path
+    keystore_jks: Path
+    keystore_pkcs12: Path
+
+
+def make_java_stores(tls: TlsFiles, directory: str | Path, password: str = "store-secret") -> JavaStores:
+    """JKS and PKCS#12 stores made by the JDK's ``keytool``, as Java users make them."""
+    import shutil
+    import subprocess
+
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, load_pem_private_key, pkcs12
+    from cryptography.x509 import load_pem_x509_certificate
+
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        raise EmbeddedKafkaError("making Java key stores needs the JDK's keytool on PATH")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def run(*arguments: str) -> None:
+        result = subprocess.run([keytool, *arguments], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise EmbeddedKafkaError(f"keytool {' '.join(arguments[:1])} failed: {result.stdout}{result.stderr}")
+
+    stores = JavaStores(password, directory / "trust.jks", directory / "trust.p12", directory / "client.jks",
+                        directory / "client.p12")
+    for store, kind in ((stores.truststore_jks, "JKS"), (stores.truststore_pkcs12, "PKCS12")):
+        run("-importcert", "-noprompt", "-alias", "ca", "-file", str(tls.ca), "-keystore", str(store),
+            "-storetype", kind, "-storepass", password)
+    key = load_pem_private_key(tls.client.key.read_bytes(), None)
+    certificate = load_pem_x509_certificate(tls.client.certificate.read_bytes())
+    stores.keystore_pkcs12.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"client", key, certificate, [load_pem_x509_certificate(tls.ca.read_bytes())],
+        BestAvailableEncryption(password.encode())))
+    run("-importkeystore", "-noprompt", "-srckeystore", str(stores.keystore_pkcs12), "-srcstoretype", "PKCS12",
+        "-srcstorepass", password, "-destkeystore", str(stores.keystore_jks), "-deststoretype", "JKS",
+        "-deststorepass", password)
+    return stores

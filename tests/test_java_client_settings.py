@@ -1,0 +1,64 @@
+"""A connector pipeline's Java client settings, unchanged, on the embedded broker's secured
+listeners: the same options through Spark's connector (format "kafka") and eos-kafka give the same
+rows. The Java client reads its JKS and PKCS#12 stores and JAAS login itself; eos-kafka translates
+them for librdkafka (kafka/java_settings.py)."""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_eos.kafka.java_settings import OAUTHBEARER_MODULE, PLAIN_MODULE
+from pyspark_eos.testing.certificates import make_java_stores
+from pyspark_eos.testing.secure_listeners import SASL_USERS
+
+from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
+from .test_secure_clusters import secure  # noqa: F401  (the module's fixture)
+
+USER, PASSWORD = next(iter(SASL_USERS.items()))
+LOGINS = {
+    "PLAIN": f'{PLAIN_MODULE} required username="{USER}" password="{PASSWORD}";',
+    "OAUTHBEARER": f'{OAUTHBEARER_MODULE} required unsecuredLoginStringClaim_sub="{USER}";',
+}
+
+
+@pytest.fixture(scope="module")
+def java_stores(secure, tmp_path_factory):  # noqa: F811
+    return make_java_stores(secure.tls, tmp_path_factory.mktemp("java-stores"))
+
+
+def connector_options(cluster, stores, listener: str, store_kind: str, mechanism: str = "PLAIN") -> dict[str, str]:
+    """What a pipeline written for Spark's connector sets to reach ``listener`` (Java's names)."""
+    truststore = stores.truststore_jks if store_kind == "JKS" else stores.truststore_pkcs12
+    options = {"kafka.bootstrap.servers": cluster.listener(listener),
+               "kafka.ssl.truststore.location": str(truststore), "kafka.ssl.truststore.password": stores.password,
+               "kafka.ssl.truststore.type": store_kind}
+    if listener == "SASL_SSL":
+        options.update({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": mechanism,
+                        "kafka.sasl.jaas.config": LOGINS[mechanism]})
+    else:  # mutual TLS: the client's key and certificate in a keystore
+        keystore = stores.keystore_jks if store_kind == "JKS" else stores.keystore_pkcs12
+        options.update({"kafka.security.protocol": "SSL", "kafka.ssl.keystore.location": str(keystore),
+                        "kafka.ssl.keystore.password": stores.password, "kafka.ssl.key.password": stores.password,
+                        "kafka.ssl.keystore.type": store_kind})
+    return options
+
+
+def _rows(frame) -> list[tuple]:
+    return sorted(tuple(row) for row in frame.select("key", "value", "topic", "partition", "offset").collect())
+
+
+@pytest.mark.parametrize("listener, store_kind, mechanism", [
+    ("SASL_SSL", "JKS", "PLAIN"), ("SASL_SSL", "PKCS12", "OAUTHBEARER"), ("MTLS", "JKS", None),
+    ("MTLS", "PKCS12", None)])
+def test_a_connector_pipelines_java_security_settings_read_and_write_the_same_rows(
+        secure, java_stores, spark, listener, store_kind, mechanism):  # noqa: F811
+    topic = create_topic(secure.bootstrap_servers, unique_name("java-in"), partitions=2)
+    write_transactions(secure.bootstrap_servers, topic, [(True, [(n % 2, f"v{n}".encode()) for n in range(20)])])
+    options = connector_options(secure, java_stores, listener, store_kind, mechanism or "PLAIN")
+    ours = spark.read.format("eos-kafka").options(**options, subscribe=topic).load()
+    theirs = spark.read.format("kafka").options(**options, subscribe=topic).load()
+    assert _rows(ours) == _rows(theirs) and len(_rows(ours)) == 20
+
+    output = create_topic(secure.bootstrap_servers, unique_name("java-out"), partitions=2)
+    ours.select("key", "value").write.format("eos-kafka").mode("append").options(**options, topic=output).save()
+    assert sorted(r.value for r in read_committed(secure.bootstrap_servers, output, partitions=2)) == \
+        sorted(f"v{n}".encode() for n in range(20))
