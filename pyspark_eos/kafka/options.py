@@ -66,6 +66,20 @@ def parse_positive_int(options: Mapping[str, str], name: str, default: int | Non
     return value
 
 
+# Spark's time strings (JavaUtils.timeStringAsMs): a number and a unit, milliseconds without one.
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
+_UNIT_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    raw = str(options.get(name.lower(), default)).strip().lower()
+    match = _DURATION.fullmatch(raw)
+    if match is None:
+        raise ConfigurationError(f"option {name}={raw!r} is not a duration; give a number with a unit: us, ms, s, m, "
+                                 "min, h or d (e.g. 15m)")
+    return int(int(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
 def parse_choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
     raw = options.get(name.lower())
     if raw is None:

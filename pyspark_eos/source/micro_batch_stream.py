@@ -15,11 +15,12 @@ restarted after a committed batch tells the new process nothing before its first
 from __future__ import annotations
 
 import logging
+import time
 
 from pyspark.sql.datasource import DataSourceStreamReader
 
 from ..protocol.checkpoint_offsets import from_json, to_json
-from .offset_planning import Offsets, cap, rate_limit
+from .offset_planning import Offsets, cap, delay_batch, rate_limit
 from .options import SourceOptions
 from .planner import SourcePlanner, read_partition
 
@@ -40,6 +41,7 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._available_now_end: Offsets | None = None
         self._completed: Offsets | None = None
         self._initial: Offsets | None = None
+        self._last_trigger_ms = 0.0  # a query's first trigger never waits (as the connector's)
 
     @property
     def options(self) -> SourceOptions:
@@ -68,6 +70,8 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin = from_json(start) if start is not None else self._continue_from()
         partitions = self.planner.kafka.topic_partitions()
         self._latest = self.planner.kafka.latest(partitions)
+        if self._waits_for_more(begin):
+            return to_json(begin)  # no new batch yet (minOffsetsPerTrigger)
         new = [tp for tp in partitions if tp not in begin]
         if new:
             log.info("new partitions %s are read from their earliest offset", new)
@@ -78,6 +82,19 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
             end = rate_limit(begin, end, max_records)
         self._last_end = end
         return to_json(end)
+
+    def _waits_for_more(self, begin: Offsets) -> bool:
+        """minOffsetsPerTrigger and maxTriggerDelay, as Spark's connector applies them (never under
+        Trigger.AvailableNow, whose batches read what there is)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or self._available_now_end is not None:
+            return False
+        now_ms = time.time() * 1000
+        available = sum(max(0, end - begin[tp]) for tp, end in self._latest.items() if tp in begin)
+        if delay_batch(available, minimum, now_ms - self._last_trigger_ms, self.options.max_trigger_delay_ms):
+            return True
+        self._last_trigger_ms = now_ms
+        return False
 
     def getDefaultReadLimit(self):
         if self.options.max_offsets_per_trigger is None:

@@ -68,8 +68,14 @@ def _timestamp_offsets(spec: OffsetsSpec, partitions, lookups: OffsetLookups) ->
         _require_listed(spec.per_partition, partitions, "startingOffsetsByTimestamp")
         timestamps = {tp: spec.per_partition[tp] for tp in partitions}
     found = lookups.for_timestamps(timestamps)
-    # No record at or after the timestamp: start at the end, as Spark's "latest" strategy does.
     missing = [tp for tp, offset in found.items() if offset < 0]
+    if missing and spec.when_none == "error":
+        raise ConfigurationError(
+            f"no record at or after the starting timestamp in {_names(missing)} ("
+            + ", ".join(f"{topic}-{partition}: {timestamps[(topic, partition)]}" for topic, partition in sorted(missing))
+            + "); set startingOffsetsByTimestampStrategy=latest to start those partitions at their end, or give "
+            "an earlier timestamp")
+    # No record at or after the timestamp, with the "latest" strategy: start at the end.
     found.update(lookups.latest(missing) if missing else {})
     return found
 
@@ -183,3 +189,9 @@ def _data_loss(fail: bool, message: str) -> None:
             message + ". Set failOnDataLoss=false to skip lost offsets and go on (the missing records are not read)"
         )
     log.warning("data loss (failOnDataLoss=false, going on): %s", message)
+
+
+def delay_batch(available: int, minimum: int, since_last_ms: float, max_delay_ms: int) -> bool:
+    """Whether a micro-batch waits for more records: fewer than ``minimum`` (minOffsetsPerTrigger)
+    are available and the last batch began less than ``max_delay_ms`` (maxTriggerDelay) ago."""
+    return available < minimum and since_last_ms < max_delay_ms

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from ..errors import ConfigurationError
 from ..kafka.options import (DEFAULT_CLAIMS_TOPIC, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_TRANSACTION_TIMEOUT_MS,
                              STABLE_OFFSETS_MARGIN_MS, check_client_settings, check_group_id, check_known,
-                             kafka_params, parse_bool, parse_choice, parse_positive_int, parse_topic_name)
+                             kafka_params, parse_bool, parse_choice, parse_duration_ms, parse_positive_int,
+                             parse_topic_name)
+
+log = logging.getLogger(__name__)
 
 # Kafka client settings the source sets itself, with what to use instead.
 _FORBIDDEN_SOURCE_KAFKA_PARAMS = {
@@ -41,6 +45,9 @@ class OffsetsSpec:
     kind: str
     per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
     timestamp: int | None = None
+    # Where a timestamp finds no record at or after it (Spark's startingOffsetsByTimestampStrategy):
+    # "error" fails the query, "latest" starts the partition at its end.
+    when_none: str = LATEST
 
 
 def _parse_partition_json(name: str, raw: str, lowest: int) -> dict[tuple[str, int], int]:
@@ -67,8 +74,21 @@ def _parse_partition_json(name: str, raw: str, lowest: int) -> dict[tuple[str, i
     return parsed
 
 
+TIMESTAMP_STRATEGIES = ("error", LATEST)
+
+
 def parse_offsets_spec(options: Mapping[str, str], prefix: str, default: str, allow_group: bool) -> OffsetsSpec:
-    """Parse ``<prefix>Offsets``, ``<prefix>OffsetsByTimestamp`` and ``<prefix>Timestamp`` together."""
+    """Parse ``<prefix>Offsets``, ``<prefix>OffsetsByTimestamp`` and ``<prefix>Timestamp`` together
+    (with ``startingOffsetsByTimestampStrategy`` for the starting ones; ending ones take latest, as
+    Spark's connector does)."""
+    spec = _parse_offsets_spec(options, prefix, default, allow_group)
+    if prefix != "starting":
+        return spec
+    strategy = parse_choice(options, "startingOffsetsByTimestampStrategy", TIMESTAMP_STRATEGIES, "error")
+    return replace(spec, when_none=strategy) if spec.kind == "timestamp" else spec
+
+
+def _parse_offsets_spec(options: Mapping[str, str], prefix: str, default: str, allow_group: bool) -> OffsetsSpec:
     names = (f"{prefix}Offsets", f"{prefix}OffsetsByTimestamp", f"{prefix}Timestamp")
     given = [name for name in names if name.lower() in options]
     if len(given) > 1:
@@ -200,7 +220,13 @@ SOURCE_OPTIONS = (
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
     "maxOffsetsPerTrigger", "minPartitions", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
     "claimsTopic", "connectTimeoutMs", "kafkaConsumer.pollTimeoutMs",
+    "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger", "maxTriggerDelay", "groupIdPrefix",
+    "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
 )
+
+# Spark's connector's default for maxTriggerDelay: a batch waits at most this long for
+# minOffsetsPerTrigger records.
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
 
 # Kafka partitions with fewer records in a batch share a Spark task until it has about this many:
 # each task pays a transaction, its offsets and its commit once, whatever its size; the value is
@@ -233,6 +259,9 @@ class SourceOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     # At least this many tasks per batch (Spark's minPartitions); None: the planner's machine's cores.
     min_partitions: int | None = None
+    # A micro-batch waits for this many new records, or maxTriggerDelay since the last one.
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
@@ -270,9 +299,27 @@ class SourceOptions:
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
             poll_timeout_ms=parse_positive_int(options, "kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS),
             min_partitions=parse_positive_int(options, "minPartitions", None),
+            min_offsets_per_trigger=parse_positive_int(options, "minOffsetsPerTrigger", None),
+            max_trigger_delay_ms=parse_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         )
+        _say_what_does_nothing(options, group_id)
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
         return parsed
+
+
+def _say_what_does_nothing(options: Mapping[str, str], group_id: str | None) -> None:
+    """Options of Spark's connector that have no work here, accepted so that a connector
+    pipeline's options run unchanged, with a line saying why."""
+    for name in ("fetchOffset.numRetries", "fetchOffset.retryIntervalMs"):
+        parse_positive_int(options, name, None)
+    said = []
+    if "groupidprefix" in options:
+        said.append("groupIdPrefix: the source reads without a consumer group of its own"
+                    + ("; kafka.group.id names the pipeline's" if group_id else " (kafka.group.id names a pipeline's)"))
+    if "fetchoffset.numretries" in options or "fetchoffset.retryintervalms" in options:
+        said.append("fetchOffset.*: offset lookups retry with back-off until connectTimeoutMs")
+    if said:
+        log.info("source option(s) of Spark's connector taken as they are: %s", "; ".join(said))
 
 
 def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSpec, ending_given: bool) -> None:

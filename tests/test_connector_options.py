@@ -1,0 +1,130 @@
+"""Options of Spark's Kafka connector that a pipeline brings along: the same options through
+format("kafka") and format("eos-kafka") on the same topics give the same rows, batches and errors
+(startingOffsetsByTimestampStrategy, minOffsetsPerTrigger with maxTriggerDelay, groupIdPrefix,
+fetchOffset.*), with their parsing and decisions checked without a broker too."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pyspark_eos.errors import ConfigurationError
+from pyspark_eos.source.offset_planning import OffsetLookups, delay_batch, resolve_offsets
+from pyspark_eos.source.options import SourceOptions
+
+from .kafka_tools import create_topic, unique_name, wait_until, write_transactions
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+FORMATS = ("kafka", "eos-kafka")
+
+
+def _options(**options) -> SourceOptions:
+    return SourceOptions.parse({**BASE, **options}, streaming=True)
+
+
+@pytest.mark.parametrize("available, since_ms, waits", [(9, 0, True), (10, 0, False), (9, 60_000, False)])
+def test_a_batch_waits_for_min_offsets_until_max_trigger_delay(available, since_ms, waits):
+    assert delay_batch(available, 10, since_ms, 60_000) is waits
+
+
+@pytest.mark.parametrize("raw, ms", [("15m", 900_000), ("30s", 30_000), ("250ms", 250), ("100", 100), ("1h", 3_600_000)])
+def test_max_trigger_delay_takes_spark_time_strings(raw, ms):
+    assert _options(minOffsetsPerTrigger="5", maxTriggerDelay=raw).max_trigger_delay_ms == ms
+
+
+def test_the_connector_defaults_hold():
+    options = _options()
+    assert (options.min_offsets_per_trigger, options.max_trigger_delay_ms) == (None, 900_000)
+    assert _options(startingTimestamp="1000").starting.when_none == "error"
+    assert _options(startingTimestamp="1000", startingOffsetsByTimestampStrategy="LATEST").starting.when_none == "latest"
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"maxTriggerDelay": "soon"}, "option maxTriggerDelay='soon' is not a duration"),
+    ({"minOffsetsPerTrigger": "0"}, "option minOffsetsPerTrigger='0' must be a positive whole number"),
+    ({"startingOffsetsByTimestampStrategy": "earliest"}, "use one of: error, latest"),
+    ({"fetchOffset.numRetries": "-1"}, "option fetchOffset.numRetries='-1' must be a positive whole number"),
+])
+def test_a_bad_value_is_refused_naming_the_option_and_the_choices(options, says):
+    with pytest.raises(ConfigurationError, match=says):
+        _options(**options)
+
+
+def test_options_with_nothing_to_do_here_are_taken_with_a_line_saying_why(caplog):
+    with caplog.at_level("INFO", logger="pyspark_eos.source.options"):
+        _options(groupIdPrefix="spark-kafka-source", **{"fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "10"})
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "groupIdPrefix" in said and "fetchOffset.*" in said
+
+
+def _lookups(found: dict) -> OffsetLookups:
+    return OffsetLookups(earliest=lambda ps: {p: 0 for p in ps}, latest=lambda ps: {p: 100 for p in ps},
+                         for_timestamps=lambda ts: {p: found.get(p, -1) for p in ts}, committed=lambda g, ps: {})
+
+
+def test_a_timestamp_after_every_record_fails_or_starts_at_the_end_as_the_strategy_says():
+    partitions = [("t", 0), ("t", 1)]
+    spec = _options(startingTimestamp="5000").starting
+    with pytest.raises(ConfigurationError, match=r"no record at or after the starting timestamp in t-1 \(t-1: 5000\)"):
+        resolve_offsets(spec, partitions, _lookups({("t", 0): 7}))
+    latest = _options(startingTimestamp="5000", startingOffsetsByTimestampStrategy="latest").starting
+    assert resolve_offsets(latest, partitions, _lookups({("t", 0): 7})) == {("t", 0): 7, ("t", 1): 100}
+
+
+# ---------------------------------------------------------------------- both formats, on the broker
+
+def _topic_of_ten(kafka) -> str:
+    name = create_topic(kafka.bootstrap_servers, unique_name("opts"), partitions=2)
+    _write(kafka, name, range(10))
+    return name
+
+
+@pytest.fixture
+def topic(kafka):
+    return _topic_of_ten(kafka)
+
+
+def _read(spark, kafka, fmt: str, topic: str, **options):
+    return spark.read.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+        "subscribe", topic).options(**options).load()
+
+
+def test_a_starting_timestamp_after_every_record_fails_in_both_formats_and_reads_nothing_with_latest(
+        spark, kafka, topic):
+    future = str(int(time.time() * 1000) + 3_600_000)
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as failed:
+            _read(spark, kafka, fmt, topic, startingTimestamp=future).collect()
+        assert "startingOffsetsByTimestampStrategy" in str(failed.value) or "No offset matched" in str(failed.value), \
+            (fmt, str(failed.value)[:2000])
+    rows = {fmt: _read(spark, kafka, fmt, topic, startingTimestamp=future,
+                       startingOffsetsByTimestampStrategy="latest").count() for fmt in FORMATS}
+    assert rows == {"kafka": 0, "eos-kafka": 0}
+
+
+def test_min_offsets_per_trigger_holds_a_batch_back_in_both_formats_until_enough_records(spark, kafka, tmp_path):
+    sizes = {fmt: _batches_with_min_offsets(spark, kafka, fmt, _topic_of_ten(kafka), tmp_path / fmt) for fmt in FORMATS}
+    # The first trigger reads the 10 records there; 4 more wait; 6 after them make a batch of 10.
+    assert sizes["eos-kafka"] == sizes["kafka"] == [10, 10], sizes
+
+
+def _batches_with_min_offsets(spark, kafka, fmt: str, topic: str, checkpoint) -> list[int]:
+    reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+        "subscribe", topic).option("startingOffsets", "earliest").option("minOffsetsPerTrigger", "10").option(
+        "maxTriggerDelay", "1h")
+    reader = reader.option("kafka.group.id", unique_name("g")) if fmt == "eos-kafka" else reader
+    query = reader.load().writeStream.format("noop").option("checkpointLocation", str(checkpoint)).start()
+    try:
+        query.processAllAvailable()
+        _write(kafka, topic, range(100, 104))
+        query.processAllAvailable()  # 4 new records: Spark's loop finds no batch to run
+        _write(kafka, topic, range(104, 110))
+        wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 20 or not query.isActive, 120,
+                   f"{fmt}: the batch of the 10 records written after the first")
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+
+
+def _write(kafka, topic: str, numbers) -> None:
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 2, f"v{n}".encode()) for n in numbers])])
