@@ -5,7 +5,10 @@ a state built for real, and again broker-free on the pure decisions."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,6 +231,22 @@ def test_spark_conf_reaches_the_file_system_that_reads_the_checkpoint(old_query,
                     f"spark.hadoop.fs.viewfs.mounttable.{mount}.link./old-query=file://{old_query.checkpoint}")
     assert mounted.code == 0, mounted.err
     assert {(p["topic"], p["partition"]): p["checkpoint"] for p in mounted.json()["partitions"]} == old_query.position
+
+
+def test_a_spark_connect_shop_reads_a_checkpoint_through_hadoop_from_a_local_session(old_query, kafka):
+    # SPARK_REMOTE names a Connect server (none listens there): the command reads the checkpoint
+    # through Hadoop in a local session of its own, where PySpark refused to build one.
+    mount = unique_name("mount").replace("-", "")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyspark_eos", "adopt-checkpoint", "--checkpoint", f"viewfs://{mount}/old-query",
+         "--group", unique_name("adopt-connect"), "--bootstrap-servers", kafka.bootstrap_servers, "--dry-run",
+         "--json", "--spark-conf",
+         f"spark.hadoop.fs.viewfs.mounttable.{mount}.link./old-query=file://{old_query.checkpoint}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "SPARK_REMOTE": "sc://127.0.0.1:1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    partitions = json.loads(result.stdout)["partitions"]
+    assert {(p["topic"], p["partition"]): p["checkpoint"] for p in partitions} == old_query.position
 
 
 def test_an_eos_kafka_checkpoint_is_adopted_too(kafka, spark, adopt, tmp_path):

@@ -12,7 +12,7 @@ from pyspark_eos.errors import ConfigurationError
 from pyspark_eos.source.offset_planning import OffsetLookups, delay_batch, resolve_offsets
 from pyspark_eos.source.options import SourceOptions
 
-from .kafka_tools import create_topic, unique_name, wait_until, write_transactions
+from .kafka_tools import create_topic, read_committed, unique_name, wait_until, write_transactions
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
 FORMATS = ("kafka", "eos-kafka")
@@ -128,3 +128,23 @@ def _batches_with_min_offsets(spark, kafka, fmt: str, topic: str, checkpoint) ->
 
 def _write(kafka, topic: str, numbers) -> None:
     write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 2, f"v{n}".encode()) for n in numbers])])
+
+
+def test_a_batch_write_without_a_mode_is_spark_s_refusal_and_append_writes_as_the_connector(spark, kafka):
+    # Spark gives Python data sources append and overwrite only (docs/switching.md): the one
+    # difference a connector batch write meets, which .mode("append") removes.
+    frame = spark.createDataFrame([(f"k{n}", f"v{n}") for n in range(5)], "key string, value string")
+    outputs = {fmt: create_topic(kafka.bootstrap_servers, unique_name(f"{fmt}-out")) for fmt in FORMATS}
+
+    def write(fmt, mode=None):
+        writer = frame.write.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+            "topic", outputs[fmt])
+        (writer.mode(mode) if mode else writer).save()
+
+    write("kafka")
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        write("eos-kafka")
+    write("eos-kafka", "append")
+    written = {fmt: sorted(r.value for r in read_committed(kafka.bootstrap_servers, topic))
+               for fmt, topic in outputs.items()}
+    assert written["kafka"] == written["eos-kafka"] == sorted(f"v{n}".encode() for n in range(5))

@@ -132,6 +132,17 @@ def test_status_shows_committed_and_pending_offsets_lag_stamps_members_and_trans
     pending.abort_transaction(30)
 
 
+def test_status_shows_offsets_a_newer_version_committed_and_names_that_version(pipeline):
+    newer = json.dumps({"format": 99, "eos-kafka": "9.0.0", "generation": 3, "batch": "8", "query": "q"})
+    pipeline.member.commit(offsets=[TopicPartition(pipeline.input, 0, 4, metadata=newer)], asynchronous=False)
+
+    status = status_json(pipeline.bootstrap, pipeline.group)
+    shown = {(p["topic"], p["partition"]): (p["committed"], p["batch"]) for p in status["partitions"]}
+    assert shown[(pipeline.input, 0)] == (4, None)
+    (note,) = status["notes"]
+    assert f"{pipeline.input}-0" in note and "format 99, written by eos-kafka 9.0.0" in note and "upgrade" in note
+
+
 def test_status_shows_the_pipelines_claims_topic_and_the_records_its_logs_keep(pipeline):
     from pyspark_eos.protocol.claims_layout import pipeline_topic
     from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog

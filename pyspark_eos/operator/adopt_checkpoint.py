@@ -302,20 +302,41 @@ def spark_session(settings: Mapping[str, str]) -> Iterator:
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
-    if active is not None:
+    if active is not None and hasattr(active, "_jsc"):
         yield active
         return
     log.info("starting a local Spark session to read the checkpoint through Hadoop's file systems "
              "(takes a few seconds)")
-    builder = (SparkSession.builder.master("local[1]").appName("eos-kafka adopt-checkpoint")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _classic_spark():
+        builder = (SparkSession.builder.master("local[1]").appName("eos-kafka adopt-checkpoint")
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     try:
         yield spark
     finally:
         spark.stop()
+
+
+# What makes PySpark build a Spark Connect session (a Connect shop sets them in its environment).
+_CONNECT_ENVIRONMENT = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+
+
+@contextlib.contextmanager
+def _classic_spark() -> Iterator[None]:
+    """A Spark Connect session reaches no JVM of this process, and Hadoop's file systems live in
+    one: the checkpoint is read through a local session of this process, with the Connect server
+    (SPARK_REMOTE) left aside while it is built."""
+
+    set_aside = {name: os.environ.pop(name) for name in _CONNECT_ENVIRONMENT if name in os.environ}
+    if set_aside:
+        log.info("%s set: the checkpoint is read through a local Spark session of this process, not the Spark "
+                 "Connect server", " and ".join(set_aside))
+    try:
+        yield
+    finally:
+        os.environ.update(set_aside)
 
 
 # ------------------------------------------------------------------------------- the decision

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from ..errors import KafkaClientError
+from ..errors import FormatVersionError, KafkaClientError
 from ..kafka.backoff import with_retries
 from ..kafka.cluster import reachable_admin
 from ..kafka.group_offsets import describe_group as describe_group_once, fetch_committed_once
@@ -193,7 +193,14 @@ def _partitions(admin: AdminClient, group: str, topics: set[str], notes: list[st
     if stable.retriable is not None:
         notes.append(f"whether open transactions hold offsets is unknown: {stable.reason()}")
     last_stable = listed_offsets(admin, keys)
-    return [_partition_status(key, committed.get(key), key in stable.unstable, last_stable.get(key)) for key in keys]
+    unreadable: dict[tuple[str, int], FormatVersionError] = {}
+    statuses = [_partition_status(key, committed.get(key), key in stable.unstable, last_stable.get(key), unreadable)
+                for key in keys]
+    if unreadable:
+        error = next(iter(unreadable.values()))
+        notes.append(f"shown without batch, query and generation for {', '.join(f'{t}-{p}' for t, p in unreadable)}: "
+                     f"{error}")
+    return statuses
 
 
 def _committed(admin: AdminClient, group: str) -> dict[tuple[str, int], tuple[int, str]]:
@@ -220,9 +227,16 @@ def listed_offsets(admin: AdminClient, keys: list[tuple[str, int]], spec: Offset
     return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
 
 
-def _partition_status(key, committed: tuple[int, str] | None, pending: bool, last_stable: int | None) -> PartitionStatus:
+def _partition_status(key, committed: tuple[int, str] | None, pending: bool, last_stable: int | None,
+                      unreadable: dict) -> PartitionStatus:
+    """``unreadable`` collects the partitions whose metadata a newer (or much older) eos-kafka
+    wrote: status still shows their offsets, which any version reads."""
     offset, metadata = committed or (None, "")
-    stamp = stored_metadata(metadata)
+    try:
+        stamp = stored_metadata(metadata)
+    except FormatVersionError as error:
+        unreadable[key] = error
+        stamp = {}
     lag = last_stable - (offset or 0) if last_stable is not None else None
     return PartitionStatus(key[0], key[1], offset, pending, last_stable, lag,
                            stamp.get("batch"), stamp.get("query"), stamp.get("generation"))
