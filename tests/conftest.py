@@ -33,7 +33,9 @@ EXTERNAL_BOOTSTRAP_ENV = "EOS_KAFKA_BOOTSTRAP_SERVERS"
 # Tests that need a kind of Spark session run together, so each kind is started once (a process
 # holds one SparkContext, and each switch costs a stop and a start): by the session fixture they
 # use, then by the markers of what else they start (the three-node cluster is module-scoped).
-_SESSION_ORDER = ("spark", "spark_cluster", "spark_fast_loss", "speculative_spark")
+# The elastic session last: the sessions a process starts after one with dynamic allocation found
+# no executors registering (tests/test_elastic_executors.py).
+_SESSION_ORDER = ("spark", "spark_cluster", "spark_fast_loss", "speculative_spark", "elastic_spark")
 _RUN_LAST = ("spark_local_cluster", "cluster3", "spark_standalone")
 # Under pytest-xdist (make test runs several processes with --dist loadgroup) a group runs in one
 # process: the tests on executor JVMs share their sessions there, and one three-node cluster serves

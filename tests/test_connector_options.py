@@ -50,6 +50,22 @@ def test_a_bad_value_is_refused_naming_the_option_and_the_choices(options, says)
         _options(**options)
 
 
+@pytest.mark.parametrize("options, says", [
+    ({"startingOffsets": '{"t":{"0":-1}}'}, "option startingOffsets gives t-0 latest \\(-1\\)"),
+    ({"endingOffsets": '{"t":{"0":-2}}'}, "option endingOffsets gives t-0 earliest \\(-2\\)"),
+    ({"startingOffsets": '{"t":{"0":5}}', "endingOffsets": '{"t":{"0":3}}'},
+     "startingOffsets is past endingOffsets for t-0: 5 > 3"),
+])
+def test_a_batch_range_that_reads_nothing_or_runs_backwards_is_refused_as_the_connector_does(options, says):
+    with pytest.raises(ConfigurationError, match=says):
+        SourceOptions.parse({**BASE, **options}, streaming=False)
+
+
+def test_min_offsets_above_max_offsets_per_trigger_is_refused():
+    with pytest.raises(ConfigurationError, match="minOffsetsPerTrigger=20 is higher than maxOffsetsPerTrigger=15"):
+        _options(minOffsetsPerTrigger="20", maxOffsetsPerTrigger="15")
+
+
 def test_options_with_nothing_to_do_here_are_taken_with_a_line_saying_why(caplog):
     with caplog.at_level("INFO", logger="pyspark_eos.source.options"):
         _options(groupIdPrefix="spark-kafka-source", **{"fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "10"})
@@ -148,3 +164,15 @@ def test_a_batch_write_without_a_mode_is_spark_s_refusal_and_append_writes_as_th
     written = {fmt: sorted(r.value for r in read_committed(kafka.bootstrap_servers, topic))
                for fmt, topic in outputs.items()}
     assert written["kafka"] == written["eos-kafka"] == sorted(f"v{n}".encode() for n in range(5))
+
+
+def test_a_keyed_record_goes_to_the_partition_spark_s_connector_chooses(spark, kafka):
+    # The Java producer's murmur2 of the key: a pipeline switched over keeps each key's partition.
+    frame = spark.createDataFrame([(f"key-{n}", f"v{n}") for n in range(40)], "key string, value string")
+    placed = {}
+    for fmt in FORMATS:
+        topic = create_topic(kafka.bootstrap_servers, unique_name(f"{fmt}-keyed"), partitions=4)
+        frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+            "topic", topic).save()
+        placed[fmt] = {(r.key, r.partition) for r in read_committed(kafka.bootstrap_servers, topic, partitions=4)}
+    assert placed["eos-kafka"] == placed["kafka"] and len({p for _, p in placed["kafka"]}) > 1

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_eos.kafka.java_settings import OAUTHBEARER_MODULE, PLAIN_MODULE
+from pyspark_eos.kafka.java_settings import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
 from pyspark_eos.testing.certificates import make_java_stores
-from pyspark_eos.testing.secure_listeners import SASL_USERS
+from pyspark_eos.testing.secure_listeners import SASL_USERS, scram_credentials
 
 from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
 from .test_secure_clusters import secure  # noqa: F401  (the module's fixture)
@@ -16,6 +16,8 @@ from .test_secure_clusters import secure  # noqa: F401  (the module's fixture)
 USER, PASSWORD = next(iter(SASL_USERS.items()))
 LOGINS = {
     "PLAIN": f'{PLAIN_MODULE} required username="{USER}" password="{PASSWORD}";',
+    "SCRAM-SHA-256": f'{SCRAM_MODULE} required username="{USER}" password="{PASSWORD}";',
+    "SCRAM-SHA-512": f'{SCRAM_MODULE} required username="{USER}" password="{PASSWORD}";',
     "OAUTHBEARER": f'{OAUTHBEARER_MODULE} required unsecuredLoginStringClaim_sub="{USER}";',
 }
 
@@ -47,10 +49,12 @@ def _rows(frame) -> list[tuple]:
 
 
 @pytest.mark.parametrize("listener, store_kind, mechanism", [
-    ("SASL_SSL", "JKS", "PLAIN"), ("SASL_SSL", "PKCS12", "OAUTHBEARER"), ("MTLS", "JKS", None),
-    ("MTLS", "PKCS12", None)])
+    ("SASL_SSL", "JKS", "PLAIN"), ("SASL_SSL", "PKCS12", "OAUTHBEARER"), ("SASL_SSL", "JKS", "SCRAM-SHA-256"),
+    ("SASL_SSL", "PKCS12", "SCRAM-SHA-512"), ("MTLS", "JKS", None), ("MTLS", "PKCS12", None)])
 def test_a_connector_pipelines_java_security_settings_read_and_write_the_same_rows(
         secure, java_stores, spark, listener, store_kind, mechanism):  # noqa: F811
+    if mechanism and mechanism.startswith("SCRAM"):
+        scram_credentials(secure.admin(), mechanism)
     topic = create_topic(secure.bootstrap_servers, unique_name("java-in"), partitions=2)
     write_transactions(secure.bootstrap_servers, topic, [(True, [(n % 2, f"v{n}".encode()) for n in range(20)])])
     options = connector_options(secure, java_stores, listener, store_kind, mechanism or "PLAIN")

@@ -25,6 +25,12 @@ from .transactional_id_factory import SlotLease, process_token
 
 log = logging.getLogger(__name__)
 
+# A keyed record's partition as the Java producer of Spark's connector chooses it (murmur2 of the
+# key): librdkafka's own default (consistent_random, CRC32) puts a key in another partition, and a
+# pipeline switched over would split each key's records, and their order, over two partitions.
+# kafka.partitioner chooses another.
+JAVA_PARTITIONER = "murmur2_random"
+
 COORDINATOR_LOOKUP_TIMEOUT_S = 5.0
 # A send_offsets_to_transaction takes milliseconds: one still waiting this long while the group's
 # coordinator answers this worker will not end by itself (offsets_wait_verdict).
@@ -172,8 +178,8 @@ delivery_failures = _DeliveryFailures()
 
 def _new_producer(held: Held, transactional_id: str, outages: BrokerOutages) -> Producer:
     settings = held.settings
-    config = {**settings.kafka_params, "delivery.report.only.error": True, "on_delivery": delivery_failures,
-              "error_cb": outages}
+    config = {"partitioner": JAVA_PARTITIONER, **settings.kafka_params, "delivery.report.only.error": True,
+              "on_delivery": delivery_failures, "error_cb": outages}
     producer = init_transactional_producer(settings.bootstrap_servers, config, transactional_id,
                                            settings.transaction_timeout_ms)
     log.info("transactional producer %s ready in worker %d", transactional_id, os.getpid())

@@ -302,9 +302,17 @@ class SourceOptions:
             min_offsets_per_trigger=parse_positive_int(options, "minOffsetsPerTrigger", None),
             max_trigger_delay_ms=parse_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         )
+        _check_trigger_limits(parsed)
         _say_what_does_nothing(options, group_id)
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
         return parsed
+
+
+def _check_trigger_limits(options: "SourceOptions") -> None:
+    low, high = options.min_offsets_per_trigger, options.max_offsets_per_trigger
+    if low is not None and high is not None and low > high:
+        raise ConfigurationError(f"option minOffsetsPerTrigger={low} is higher than maxOffsetsPerTrigger={high}: no "
+                                 "batch could hold both; lower the first or raise the second")
 
 
 def _say_what_does_nothing(options: Mapping[str, str], group_id: str | None) -> None:
@@ -325,10 +333,29 @@ def _say_what_does_nothing(options: Mapping[str, str], group_id: str | None) -> 
 def _check_mode(streaming: bool | None, starting: OffsetsSpec, ending: OffsetsSpec, ending_given: bool) -> None:
     if streaming and ending_given:
         raise ConfigurationError("endingOffsets options apply to batch queries only (spark.read); remove them")
-    if streaming is False and starting.kind == LATEST:
+    if streaming is False:
+        _check_batch_range(starting, ending)
+
+
+def _check_batch_range(starting: OffsetsSpec, ending: OffsetsSpec) -> None:
+    """What would read nothing or run backwards in a batch query, refused as Spark's connector does."""
+    if starting.kind == LATEST:
         raise ConfigurationError("startingOffsets=latest would read nothing in a batch query; use earliest, group or offsets")
-    if streaming is False and ending.kind == EARLIEST:
+    if ending.kind == EARLIEST:
         raise ConfigurationError("endingOffsets=earliest would read nothing in a batch query; use latest or offsets")
+    start = starting.per_partition if starting.kind == "offsets" else {}
+    end = ending.per_partition if ending.kind == "offsets" else {}
+    for name, offsets, refused, meaning in (("startingOffsets", start, LATEST_OFFSET, "latest (-1)"),
+                                            ("endingOffsets", end, EARLIEST_OFFSET, "earliest (-2)")):
+        named = sorted(f"{topic}-{partition}" for (topic, partition), offset in offsets.items() if offset == refused)
+        if named:
+            raise ConfigurationError(f"option {name} gives {', '.join(named)} {meaning}, which would read nothing in a "
+                                     "batch query; give an offset")
+    backwards = sorted(f"{t}-{p}: {start[(t, p)]} > {end[(t, p)]}" for (t, p) in start.keys() & end.keys()
+                       if start[(t, p)] >= 0 and end[(t, p)] >= 0 and start[(t, p)] > end[(t, p)])
+    if backwards:
+        raise ConfigurationError(f"startingOffsets is past endingOffsets for {', '.join(backwards)}; give a start at "
+                                 "or before the end")
 
 
 def _default_stable_timeout(options: Mapping[str, str]) -> int:

@@ -3,8 +3,9 @@ keep among themselves): what managed clusters offer, and two that must be refuse
 
 - ``TLS``: server-authenticated TLS (Amazon MSK's TLS port).
 - ``MTLS``: TLS with ``ssl.client.auth=required`` (Aiven, Strimzi).
-- ``SASL_SSL``: SASL over TLS: PLAIN (Confluent Cloud), users in ``SASL_USERS``, and OAUTHBEARER
-  with Kafka's unsecured JWT validator (a token's ``sub`` is its principal; no signature).
+- ``SASL_SSL``: SASL over TLS: PLAIN (Confluent Cloud), users in ``SASL_USERS``; SCRAM-SHA-256 and
+  SCRAM-SHA-512 (Amazon MSK, Aiven), the same users once ``scram_credentials`` has added them; and
+  OAUTHBEARER with Kafka's unsecured JWT validator (a token's ``sub`` is its principal; no signature).
 - ``EXPIRED``, ``WRONG_HOST``: TLS whose certificate expired, or names another host.
 """
 from __future__ import annotations
@@ -35,9 +36,14 @@ def secure_settings(broker_port: int, controller_port: int, ports: Mapping[str, 
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.expired.ssl.keystore.location": tls.expired.keystore,
         "listener.name.wrong_host.ssl.keystore.location": tls.wrong_host.keystore,
-        "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
+        "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_ssl.plain.sasl.jaas.config":
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        # SCRAM's users are the cluster's own records: scram_credentials adds them.
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
     }
@@ -54,3 +60,15 @@ def client_settings(tls: TlsFiles, listener: str) -> dict[str, str]:
         user, password = next(iter(SASL_USERS.items()))
         settings.update({"sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
     return settings
+
+
+def scram_credentials(admin, mechanism: str = "SCRAM-SHA-256") -> None:
+    """Give SASL_USERS SCRAM credentials for ``mechanism`` (SCRAM-SHA-256 or SCRAM-SHA-512) through
+    an admin client of the cluster (its plaintext listener): SCRAM users live in the cluster."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    kind = ScramMechanism.SCRAM_SHA_256 if mechanism == "SCRAM-SHA-256" else ScramMechanism.SCRAM_SHA_512
+    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(kind, 4096), password.encode())
+               for user, password in SASL_USERS.items()]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result()
