@@ -4,6 +4,7 @@ format("kafka") and format("eos-kafka") on the same topics give the same rows, b
 fetchOffset.*), with their parsing and decisions checked without a broker too."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -176,3 +177,79 @@ def test_a_keyed_record_goes_to_the_partition_spark_s_connector_chooses(spark, k
             "topic", topic).save()
         placed[fmt] = {(r.key, r.partition) for r in read_committed(kafka.bootstrap_servers, topic, partitions=4)}
     assert placed["eos-kafka"] == placed["kafka"] and len({p for _, p in placed["kafka"]}) > 1
+
+
+# -------------------------------------------------- cases of Spark's connector suites, both formats
+
+@pytest.mark.parametrize("options", [
+    {}, {"subscribe": "t", "subscribePattern": "t.*"}, {"subscribe": "t", "assign": '{"t":[0]}'}, {"subscribe": ""},
+    {"subscribePattern": ""}, {"assign": ""}])
+def test_a_subscription_the_connector_refuses_is_refused(spark, kafka, options):
+    # KafkaRelationSuite / KafkaMicroBatchSourceSuite "bad ... options"
+    for fmt in FORMATS:
+        with pytest.raises(Exception):
+            spark.read.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers).options(
+                **options).load().collect()
+
+
+def test_offsets_by_timestamp_select_the_same_rows(spark, kafka):
+    # KafkaRelationSuite's timestamp cases: values 0-9 at ts1, 10-19 at ts2, 20-29 at ts3.
+    from confluent_kafka import Producer
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("ts"), partitions=3)
+    base = int(time.time() * 1000) - 600_000
+    stamps = [base, base + 100_000, base + 200_000]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for n in range(30):
+        producer.produce(topic, value=str(n).encode(), partition=n % 3, timestamp=stamps[n // 10])
+    assert producer.flush(30) == 0
+
+    def by_timestamp(stamp: int) -> str:
+        return json.dumps({topic: {str(p): stamp for p in range(3)}})
+
+    cases = [{"startingOffsetsByTimestamp": by_timestamp(stamps[1]), "endingOffsetsByTimestamp": by_timestamp(stamps[2])},
+             {"startingOffsetsByTimestamp": by_timestamp(stamps[1])},
+             {"endingOffsetsByTimestamp": by_timestamp(stamps[2])},
+             {"startingTimestamp": str(stamps[1]), "endingTimestamp": str(stamps[2])},
+             {"startingOffsets": json.dumps({topic: {"0": -2, "1": -2, "2": 3}}),
+              "endingOffsetsByTimestamp": by_timestamp(stamps[2])}]
+    for options in cases:
+        rows = {fmt: sorted(int(r.value) for r in _read(spark, kafka, fmt, topic, **options).collect())
+                for fmt in FORMATS}
+        assert rows["eos-kafka"] == rows["kafka"], (options, rows)
+
+
+@pytest.mark.parametrize("columns, topic_option", [
+    ("key string, other string", True), ("key string, value int", True), ("value string, topic int", False),
+    ("value string, partition string", True), ("value string, key int", True)])
+def test_a_sink_input_the_connector_refuses_is_refused(spark, kafka, columns, topic_option):
+    # KafkaSinkSuite "batch - write to kafka" schema errors: a missing value, a column's wrong type.
+    topic = create_topic(kafka.bootstrap_servers, unique_name("refused"))
+    frame = spark.createDataFrame([_row(columns)], columns)
+    for fmt in FORMATS:
+        writer = frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        with pytest.raises(Exception):
+            (writer.option("topic", topic) if topic_option else writer).save()
+    assert read_committed(kafka.bootstrap_servers, topic, timeout=5) == []
+
+
+def test_the_topic_option_wins_over_a_topic_column_of_any_type(spark, kafka):
+    topic = create_topic(kafka.bootstrap_servers, unique_name("option-wins"))
+    frame = spark.createDataFrame([("v", 7)], "value string, topic int")
+    for fmt in FORMATS:
+        frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+            "topic", topic).save()
+    assert [r.value for r in read_committed(kafka.bootstrap_servers, topic)] == [b"v", b"v"]
+
+
+def _row(columns: str) -> tuple:
+    return tuple(1 if kind.strip().endswith("int") else "x" for kind in columns.split(","))
+
+
+def test_committed_and_aborted_transactions_read_the_same(spark, kafka):
+    # KafkaRelationSuite "read_committed" (the connector with kafka.isolation.level=read_committed).
+    topic = create_topic(kafka.bootstrap_servers, unique_name("txn"), partitions=2)
+    write_transactions(kafka.bootstrap_servers, topic, [(n % 3 != 1, [(n % 2, f"t{n}".encode())]) for n in range(9)])
+    rows = {fmt: sorted(r.value for r in _read(spark, kafka, fmt, topic, startingOffsets="earliest", **(
+        {"kafka.isolation.level": "read_committed"} if fmt == "kafka" else {})).collect()) for fmt in FORMATS}
+    assert rows["eos-kafka"] == rows["kafka"] == sorted(f"t{n}".encode() for n in range(9) if n % 3 != 1)

@@ -93,7 +93,8 @@ def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
         )
     _expect(fields, "value", lambda t: t in _BYTES_OR_STRING, "string or binary")
     _expect(fields, "key", lambda t: t in _BYTES_OR_STRING, "string or binary")
-    _expect(fields, "topic", lambda t: t == StringType(), "string")
+    if topic_option is None:  # with the option, the column is never read (Spark's connector ignores it too)
+        _expect(fields, "topic", lambda t: t == StringType(), "string")
     _expect(fields, "partition", lambda t: t == IntegerType(), "int")
     _expect(fields, "headers", _headers_like, HEADERS_TYPE.simpleString())
     if topic_option is None and "topic" not in fields:
