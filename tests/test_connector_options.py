@@ -253,3 +253,23 @@ def test_committed_and_aborted_transactions_read_the_same(spark, kafka):
     rows = {fmt: sorted(r.value for r in _read(spark, kafka, fmt, topic, startingOffsets="earliest", **(
         {"kafka.isolation.level": "read_committed"} if fmt == "kafka" else {})).collect()) for fmt in FORMATS}
     assert rows["eos-kafka"] == rows["kafka"] == sorted(f"t{n}".encode() for n in range(9) if n % 3 != 1)
+
+
+def test_explicit_offsets_and_headers_read_the_same(spark, kafka):
+    # KafkaRelationSuite "explicit offsets" and "... with headers": -2/-1 per partition, an end
+    # inside a partition, headers in order with a repeated key, a null value and none at all.
+    from confluent_kafka import Producer
+
+    topic = create_topic(kafka.bootstrap_servers, unique_name("explicit"), partitions=3)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for n in range(21):
+        headers = [("a", b"1"), ("b", None), ("a", b"2")] if n % 2 else None
+        producer.produce(topic, value=str(n).encode(), partition=0 if n < 10 else 1 if n < 20 else 2, headers=headers)
+    assert producer.flush(30) == 0
+    options = {"startingOffsets": json.dumps({topic: {"0": -2, "1": -2, "2": 0}}),
+               "endingOffsets": json.dumps({topic: {"0": -1, "1": -1, "2": 1}}), "includeHeaders": "true"}
+    rows = {fmt: sorted((r.value, r.partition, r.offset, tuple((h.key, h.value) for h in r.headers or ()))
+                        for r in _read(spark, kafka, fmt, topic, **options).collect()) for fmt in FORMATS}
+    assert rows["eos-kafka"] == rows["kafka"] and len(rows["kafka"]) == 21
+    types = {fmt: _read(spark, kafka, fmt, topic, **options).schema["headers"].dataType.simpleString() for fmt in FORMATS}
+    assert types["eos-kafka"] == types["kafka"], types
