@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, IsolationLevel, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from pyspark_eos.sink.transactional_id_factory import transactional_id
+from pyspark_eos.sink.transactional_id_factory import slots_name, transactional_id
 from pyspark_eos.testing import fault_injection as faults
 from devtools.chaos.verifiers import transactions
 from pyspark_eos.testing.local_spark import executor_local_dirs
@@ -235,7 +235,7 @@ OUTPUT_LEADER = "output leader"
 GROUP_COORDINATOR = "group coordinator"
 TRANSACTION_COORDINATOR = "transaction coordinator"
 # The stalled task is of the first batch, whose two write tasks (local[2]) lease the first two
-# write slots of the driver's executor.
+# write slots of this host (the workers share the test's slots directory).
 WRITE_SLOTS = 2
 
 
@@ -295,7 +295,7 @@ class Roles:
             partitions = topics[internal_topic].partitions
             return partitions[_partition_for(key, len(partitions))].leader
 
-        ids = [transactional_id(id_prefix, group, "driver", slot) for slot in range(WRITE_SLOTS)]
+        ids = [transactional_id(id_prefix, group, slots_name(), slot) for slot in range(WRITE_SLOTS)]
         return cls(frozenset(p.leader for p in topics[output].partitions.values()),
                    coordinator("__consumer_offsets", group),
                    frozenset(coordinator("__transaction_state", i) for i in ids))
