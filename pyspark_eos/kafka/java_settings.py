@@ -244,8 +244,12 @@ def _is_jks(location: str, option: str) -> bool:
         with open(location, "rb") as store:
             return store.read(4) == _JKS_MAGIC
     except OSError as error:
-        raise ConfigurationError(f"option {option}: cannot read {location} on this host ({error.strerror}); the "
-                                 "store must be at that path on the driver and on every executor") from None
+        raise _unreadable(option, location, error) from None
+
+
+def _unreadable(option: str, location: str, error: OSError) -> ConfigurationError:
+    return ConfigurationError(f"option {option}: cannot read {location} on this host ({error.strerror}); the store "
+                              "must be at that path on the driver and on every executor")
 
 
 def read_store(location: str, password: str | None, option: str,
@@ -254,8 +258,7 @@ def read_store(location: str, password: str | None, option: str,
     try:
         changed = os.stat(location).st_mtime_ns
     except OSError as error:
-        raise ConfigurationError(f"option {option}: cannot read {location} on this host ({error.strerror}); the "
-                                 "store must be at that path on the driver and on every executor") from None
+        raise _unreadable(option, location, error) from None
     return _read_store(location, changed, password, option, key_password)
 
 
