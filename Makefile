@@ -102,7 +102,7 @@ $(VENV)/.release-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[release]' --config-settings editable_mode=compat
 	touch $@
 
-## model: model-check the sink's attempt-fencing protocol with spin (see docs/model/README.md)
+## model: model-check every protocol (attempt fencing, progress records, the source's group commit) with spin (see docs/model/README.md)
 model: spin
 	$(PYTHON) docs/model/check.py
 

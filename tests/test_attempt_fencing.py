@@ -21,6 +21,7 @@ from pyspark_eos.protocol.claims_records import CLAIM, AttemptOrder, Claim
 from pyspark_eos.sink import attempt_fencing
 from pyspark_eos.sink.attempt_fencing import claim_attempt
 from pyspark_eos.sink.transactional_id_factory import lease_slot
+from pyspark_eos.testing.output_check import held_partitions
 from pyspark_eos.errors import StaleAttemptError
 
 from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until
@@ -137,12 +138,55 @@ def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(gr
     with lease_slot(prefix, ground.group) as lease:
         assert lease.transactional_id == dead_id  # the dead worker's slot, taken over
         task0 = ground.open_transaction(lease.transactional_id)  # its init_transactions aborted the dead one's
+        lease.record_producer(None)  # as producer_pool records a producer it made
         retry = ground.claim(plan, 6, unique_name("retry"))  # task 3's retry, in another slot
         ground.claim(plan, 7, lease.transactional_id, partitions=[("orders", 1)])  # task 0's own claim
         task0.commit_transaction(30)  # fails fenced (PRODUCER_FENCED) had the retry fenced its id
     retry.release()
     # task 0's record committed; the dead attempt's was aborted
     assert [r.value for r in read_committed(ground.bootstrap, ground.output)] == [lease.transactional_id.encode()]
+
+
+# A task that leases a slot (the lowest one a dead worker left) and dies before its producer is made.
+DYING_HOLDER = textwrap.dedent(
+    """
+    import json, os, sys
+    from pyspark_eos.sink.transactional_id_factory import lease_slot
+    spec = json.loads(sys.argv[1])
+    with lease_slot(spec["prefix"], spec["group"]) as lease:
+        print(lease.transactional_id, flush=True)
+        os._exit(0)
+    """)
+
+
+def test_a_dead_attempts_id_whose_next_holder_died_before_making_its_producer_is_fenced(ground, tmp_path,
+                                                                                         monkeypatch):
+    # Task 3's worker dies in its transaction; the next task to lease its slot dies too, before its
+    # init_transactions (its lock file still says its producer is being made). Task 3's retry reads
+    # the unreleased claim and that lock file: the new holder ended nothing, so the retry fences the
+    # id, and read_committed readers of the output are not held back until the transaction timeout
+    # (docs/model/progress_records.pml, MUTANT_TAKEN_OVER_UNMADE). Run with any other holder named
+    # in the lock file taken as proof, the retry skips the fence and the read times out.
+    monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))  # one host: the test and its workers
+    plan, prefix = ground.plan(), unique_name("slots")
+    with lease_slot(prefix, ground.group):
+        pass  # this process knows the slots (current_holder), and keeps slot 0 for itself
+    spec = {"bootstrap": ground.bootstrap, "group": ground.group, "output": ground.output, "prefix": prefix,
+            "plan": [plan.topic, plan.offset, plan.since, plan.claims_from], "input": INPUT}
+    dead = subprocess.run([sys.executable, "-c", DYING_WORKER, json.dumps(spec)], capture_output=True, text=True,
+                          timeout=120)
+    assert dead.returncode == 0, dead.stderr
+    holder = subprocess.run([sys.executable, "-c", DYING_HOLDER, json.dumps(spec)], capture_output=True, text=True,
+                            timeout=120)
+    assert holder.returncode == 0, holder.stderr
+    assert holder.stdout.strip() == dead.stdout.strip()  # the dead worker's slot, taken and left again
+    assert held_partitions(ground.bootstrap, ground.output, 1)  # the dead attempt's transaction holds readers
+    ground.claim(plan, 6, unique_name("retry")).release()  # task 3's retry
+    # The dead attempt's transaction is aborted: read_committed readers of the output are let
+    # through (its markers follow within moments, long before the transaction's timeout of 60 s).
+    wait_until(lambda: not held_partitions(ground.bootstrap, ground.output, 1), 10,
+               "the dead attempt's transaction to end")
+    assert read_committed(ground.bootstrap, ground.output) == []
 
 
 def test_an_earlier_applications_unreleased_claim_does_not_fence_the_id_a_task_of_this_one_holds(
@@ -167,7 +211,7 @@ def test_an_earlier_applications_unreleased_claim_does_not_fence_the_id_a_task_o
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "this-application"))
     later = ground.claims.open_plan(ground.group, lookback_ms=60000)
     assert later.since <= earlier.offset
-    with lease_slot(prefix, ground.group, records_producer=True) as task0_slot:
+    with lease_slot(prefix, ground.group) as task0_slot:
         assert task0_slot.transactional_id == dead.stdout.strip()  # the same id, in another application
         task0 = ground.open_transaction(task0_slot.transactional_id)  # aborts the dead attempt's transaction
         task0_slot.record_producer((later.topic, later.offset))

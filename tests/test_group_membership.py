@@ -1,10 +1,12 @@
 """Fencing layer 1: the driver-side reader's static group membership, stamped into every plan."""
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.errors import FencedError
 from pyspark_eos.source.batch_reader import KafkaBatchReader
@@ -88,6 +90,34 @@ def test_a_second_instance_of_the_pipeline_fences_the_first(kafka, stream):
     assert refused is not None and refused.code() == KafkaError.FENCED_INSTANCE_ID
     assert refused.txn_requires_abort() and not refused.fatal()
     assert try_commit(producer, topic, stamp_b.metadata) is None
+
+
+def test_the_sources_commit_of_a_completed_batch_sends_nothing_behind_a_transaction_holding_its_end(kafka, stream):
+    # A narrow pipeline's task commits its batch's end in its transaction; EndTxn is answered before
+    # the marker reaches the group, so a plain read by the driver can still see the older offset. A
+    # plain commit sent then is appended after the task's pending offset, and the coordinator keeps
+    # the later record: landing late, it could win over the next batch's transaction too and move
+    # the group's offset back (docs/model/group_commit.pml, MUTANT_UNSTABLE_COMMIT_READ). The
+    # driver reads those ends stably: it waits (here until it gives up) and commits nothing. Run
+    # with the plain read alone, the driver's commit is what the group keeps.
+    bootstrap = kafka.bootstrap_servers
+    topic = create_topic(bootstrap, unique_name("behind"))
+    write_transactions(bootstrap, topic, [(True, [(0, b"a")])])
+    group = unique_name("pipeline")
+    reader = stream(topic, group)
+    [partition] = plan_one_batch(reader)
+    [planned] = partition.ranges
+    task = transactional_producer(bootstrap)
+    task.begin_transaction()
+    task.produce(topic, value=b"out", partition=0)
+    task.send_offsets_to_transaction([TopicPartition(topic, 0, planned.end, metadata='{"batch": 0}')],
+                                     partition.group.metadata, 30)
+    reader.commit({topic: {"0": planned.end}})  # Spark completed the batch; the task's marker is not written
+    task.commit_transaction(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    committed = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])])[group].result(30).topic_partitions
+    assert [(tp.offset, json.loads(tp.metadata)["batch"]) for tp in committed] == [(planned.end, 0)]
 
 
 def test_the_fenced_reader_stops_planning_with_an_error_that_says_what_happened(kafka, stream):

@@ -20,8 +20,8 @@ from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
                                               decide_progress_commit)
 from pyspark_eos.sink.attempt_fencing import first_attempt_of_plan
-from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, initialized_since, needs_claims_read,
-                                             taken_over_since)
+from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, holder_fenced, initialized_since,
+                                             needs_claims_read, taken_over_since)
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
@@ -148,9 +148,48 @@ def test_step4_an_id_whose_holder_was_initialized_after_the_claim_is_not_fenced_
 
 def test_a_slots_lock_file_names_its_holder_and_what_its_producer_was_initialized_after():
     assert SlotHolder.parse("") == SlotHolder("")
-    assert SlotHolder.parse("123-45-ab") == SlotHolder("123-45-ab")  # a lease that records nothing
+    # A lease whose producer failed, or one of a version that recorded nothing more: not made.
+    assert SlotHolder.parse("123-45-ab") == SlotHolder("123-45-ab")
     assert SlotHolder.parse("123-45-ab ?", busy=True) == SlotHolder("123-45-ab", busy=True, pending=True)
-    assert SlotHolder.parse("123-45-ab 20 claims") == SlotHolder("123-45-ab", ("claims", 20))
+    assert SlotHolder.parse("123-45-ab .") == SlotHolder("123-45-ab", made=True)
+    assert SlotHolder.parse("123-45-ab 20 claims") == SlotHolder("123-45-ab", ("claims", 20), made=True)
+
+
+# ------------------------------------------------------------------ progress_records.pml, step by step
+
+def test_progress_since_reads_from_the_lookback_but_not_before_the_tasks_last_committed_plan():
+    assert PlanRecord("claims", 50).reading_start(30) == 50  # a plan of input offsets: its own record
+    lookback = PlanRecord("claims", 50, since=20)
+    assert lookback.reading_start() == 20
+    assert lookback.reading_start(30) == 30  # the task committed under plan 30: older claims were fenced
+    assert lookback.reading_start(10) == 20  # claims before the lookback belong to aborted transactions
+    assert lookback.reading_start(60) == 50  # never after the plan's own record
+    digest = _digest([_columns([b"a"])])
+    assert committed_plan(Committed(8, progress_metadata(7, "q-1", digest, PlanRecord("claims", 30)))) == 30
+
+
+def test_progress_decide_fences_an_ids_newest_unreleased_claim():
+    # The model's MUTANT_OLDEST_CLAIM (the decision before 1e6a788) took an id's oldest claim:
+    # with ids shared between applications a holder initialized between the two claims made the
+    # attempt skip the fence, and the newer claim's attempt committed too.
+    older = dataclasses.replace(claim(10, 5, "t0", 12), slots="app-1", holder="worker-a")
+    newer = dataclasses.replace(claim(10, 6, "t0", 15), slots="app-2", holder="worker-b")
+    assert decide_fence(OWN, [older, newer, OWN]).to_fence == (newer,)
+
+
+def test_progress_holder_a_holder_whose_producer_is_not_made_has_fenced_nothing():
+    # The model's MUTANT_TAKEN_OVER_UNMADE: a holder named in the lock file whose producer is being
+    # made (or never was: it died first) has not aborted what the dead attempt left open.
+    own = dataclasses.replace(OWN, slots="host-a", holder="worker-b")
+    dead = dataclasses.replace(claim(10, 5, "t-slot-1", 12), slots="host-a", holder="worker-a")
+    taken = SlotHolder("worker-c", made=True)
+    assert holder_fenced(dead, own, "claims", taken)  # its init_transactions ended the dead attempt's transaction
+    assert not holder_fenced(dead, own, "claims", SlotHolder("worker-c", busy=True, pending=True))
+    assert not holder_fenced(dead, own, "claims", SlotHolder("worker-c"))  # its producer failed, or it died first
+    assert not holder_fenced(dead, own, "claims", SlotHolder("worker-a", made=True))  # the zombie's own process
+    assert not holder_fenced(dead, own, "claims", None)  # an id of slots this process never leased under
+    assert holder_fenced(dead, own, "claims", SlotHolder("worker-a", ("claims", 20), made=True))  # initialized after
+    assert not holder_fenced(dead, own, "claims", SlotHolder("worker-a", ("claims", 11), made=True))
 
 
 def test_step4_claims_of_another_instance_other_inputs_or_groups_are_neither_fenced_nor_a_reason_to_refuse():
@@ -317,3 +356,25 @@ def test_a_batch_writes_key_is_its_options_or_the_foreach_batch_it_runs_in():
                        ({"txnAppId": "a", "deliveryGuarantee": "at-least-once"}, "drop deliveryGuarantee")):
         with pytest.raises(ConfigurationError, match=match):
             SinkOptions.parse({**SINK, **bad})
+
+# ------------------------------------------------------------------ group_commit.pml, step by step
+
+def test_group_commit_offsets_to_commit_commits_a_completed_end_of_an_owned_partition_that_the_group_is_behind():
+    from pyspark_eos.source.group_commits import offsets_to_commit
+
+    owned = frozenset({("in", 0), ("in", 1)})
+    assert offsets_to_commit({("in", 0): 7, ("in", 1): 3}, {("in", 0): 5}, owned) == {("in", 0): 7, ("in", 1): 3}
+    # Never backward (MUTANT_BACKWARD): an instance whose checkpoint is behind the group commits nothing.
+    assert offsets_to_commit({("in", 0): 7}, {("in", 0): 9}, owned) == {}
+    assert offsets_to_commit({("in", 0): 7}, {("in", 0): 7}, owned) == {}  # a narrow pipeline's task committed it
+    assert offsets_to_commit({("in", 2): 7}, {}, owned) == {}  # another member's partition
+
+
+def test_group_commit_its_metadata_names_the_generation_and_no_batch():
+    import json
+
+    from pyspark_eos.source.group_commits import commit_metadata
+
+    stamp = GroupStamp(b"", "g", 4, "g-m-1", "g.inst", frozenset({("in", 0)}))
+    stored = json.loads(commit_metadata(stamp))
+    assert stored["generation"] == 4 and stored["batch"] is None

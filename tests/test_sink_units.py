@@ -280,15 +280,6 @@ def _digest(chunks) -> RecordDigest:
     return digest
 
 
-def test_a_progress_plan_reads_claims_from_its_lookback_but_not_before_the_tasks_last_committed_plan():
-    assert PlanRecord("claims", 50).reading_start(30) == 50  # a plan of input offsets: its own record
-    lookback = PlanRecord("claims", 50, since=20)
-    assert lookback.reading_start() == 20
-    assert lookback.reading_start(30) == 30  # the task committed under plan 30: older claims were fenced
-    assert lookback.reading_start(10) == 20  # claims before the lookback belong to aborted transactions
-    assert lookback.reading_start(60) == 50  # never after the plan's own record
-
-
 def test_a_progress_groups_metadata_is_a_memberless_consumers():
     from pyspark_eos.kafka.group_metadata import parse_group_metadata
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Model-check the sink's attempt-fencing protocol (attempt_fencing.pml) in every configuration.
+"""Model-check every protocol eos-kafka runs, in every configuration: attempt fencing
+(attempt_fencing.pml), progress records (progress_records.pml) and the source's group commit
+(group_commit.pml).
 
 For each configuration: ``spin -a`` with its -D defines, ``gcc -O1 -DSAFETY`` of the generated
 pan.c (an exhaustive search: no bitstate hashing), ``./pan`` with a search depth far beyond the
@@ -35,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-MODEL = Path(__file__).resolve().parent / "attempt_fencing.pml"
+MODELS = Path(__file__).resolve().parent
+MODEL = MODELS / "attempt_fencing.pml"
 HOLDS, VIOLATION = "holds", "violation"
 SEARCH_DEPTH = 100_000   # the deepest configuration reaches < 100 steps
 MEMORY_LIMIT_MB = 2048
@@ -51,6 +54,7 @@ class Config:
     shows: str
     cflags: tuple[str, ...] = ()   # extra pan compile flags
     memory_mb: int = 0             # the search needs at least this much (pan -DMEMLIM)
+    model: str = MODEL.name        # the Promela file, in docs/model/
 
 
 CONFIGS = (
@@ -124,6 +128,108 @@ CONFIGS = (
            "a first attempt that reads the control log before appending its claim"),
 )
 
+PROGRESS_RECORDS = "progress_records.pml"
+
+
+def _records(name: str, defines: tuple[str, ...], expect: str, shows: str, cflags=(), memory_mb=0) -> Config:
+    return Config(name, defines, expect, shows, cflags, memory_mb, PROGRESS_RECORDS)
+
+
+# progress_records.pml: the progress records of streams without a group and of idempotent batch
+# writes, with the host's write slots, their lock files and the look-back across runs.
+CONFIGS += (
+    _records("progress-records:retry", ("RETRY",), HOLDS, "two attempts of a batch in one run"),
+    _records("progress-records:retry,crashes", ("RETRY", "CRASHES"), HOLDS,
+             "the same with attempts dying anywhere: once the newest succeeded, no dead attempt's transaction is open"),
+    _records("progress-records:retry,crashes,other-task", ("RETRY", "CRASHES", "OTHER_TASK"), HOLDS,
+             "another task leases a dead attempt's slot: its lock file proves a fence only once its producer is made"),
+    _records("progress-records:restart", ("RESTART",), HOLDS,
+             "a new run replays the batch while run 1's attempt is alive; no group membership fences it"),
+    _records("progress-records:restart,crashes,other-task", ("RESTART", "CRASHES", "OTHER_TASK"), HOLDS,
+             "a new run, dying attempts, and another task taking their slots"),
+    _records("progress-records:next-version", ("NEXT_VERSION",), HOLDS,
+             "a zombie of batch 1 after batch 2 was written: the progress never moves back"),
+    _records("progress-records:next-version,crashes", ("NEXT_VERSION", "CRASHES"), HOLDS,
+             "the same with attempts dying anywhere"),
+    _records("progress-records:versioned", ("VERSIONED",), HOLDS,
+             "txnVersion 1, 2, then a rerun of 1: the older version is skipped, never written"),
+    _records("progress-records:versioned,crashes", ("VERSIONED", "CRASHES"), HOLDS, "the same with attempts dying"),
+    _records("progress-records:executor-ids", ("EXECUTOR_IDS",), HOLDS,
+             "one id held in two applications at once (ids named executors): an id's newest claim is fenced"),
+    _records("progress-records:executor-ids,crashes", ("EXECUTOR_IDS", "CRASHES"), HOLDS,
+             "the same with attempts dying anywhere"),
+    _records("no-claims:progress-records:retry", ("RETRY", "NO_CLAIMS"), VIOLATION,
+             "without claims two attempts of a batch both write it"),
+    _records("no-claims:progress-records:next-version", ("NEXT_VERSION", "NO_CLAIMS"), VIOLATION,
+             "without claims a zombie writes its batch again"),
+    _records("mutant:progress-records-oldest-claim", ("EXECUTOR_IDS", "MUTANT_OLDEST_CLAIM"), VIOLATION,
+             "the fence decided on an id's oldest claim (before 1e6a788): a holder initialized after it skips the fence"),
+    _records("mutant:progress-records-taken-over-unmade", ("RETRY", "CRASHES", "OTHER_TASK", "MUTANT_TAKEN_OVER_UNMADE"),
+             VIOLATION, "any other holder in the lock file taken as proof, its producer made or not: a dead "
+             "attempt's transaction stays open"),
+    _records("mutant:progress-records-no-lookback", ("RESTART", "MUTANT_NO_LOOKBACK"), VIOLATION,
+             "a new run's attempt reads claims from its own plan only: run 1's attempt commits too"),
+)
+
+GROUP_COMMIT = "group_commit.pml"
+
+
+def _group(name: str, defines: tuple[str, ...], expect: str, shows: str) -> Config:
+    return Config(f"group-commit:{name}", defines, expect, shows, model=GROUP_COMMIT)
+
+
+# group_commit.pml: the source's commits of its group's offsets after the batches Spark completed,
+# beside a narrow pipeline's tasks that commit the same offsets in their transactions.
+CONFIGS += (
+    _group("shuffle:3-batches", ("SHUFFLE", "BATCHES=3"), HOLDS,
+           "the driver commits each completed batch's end: never ahead of the output, never back"),
+    _group("shuffle:3-batches+restart", ("SHUFFLE", "BATCHES=3", "RESTART"), HOLDS,
+           "run 1's driver dies anywhere, its sent commit in flight; run 2 replays from the checkpoint"),
+    _group("shuffle:3-batches+second-instance", ("SHUFFLE", "BATCHES=3", "SECOND_INSTANCE"), HOLDS,
+           "a second instance with a copy of the checkpoint joins while the first runs on"),
+    _group("shuffle:3-batches+restart,in-flight", ("SHUFFLE", "BATCHES=3", "RESTART", "COMMIT_IN_FLIGHT"), HOLDS,
+           "the driver goes on with a commit in flight: one member's commits stay in order (one thread)"),
+    _group("shuffle:3-batches+second-instance,in-flight", ("SHUFFLE", "BATCHES=3", "SECOND_INSTANCE",
+                                                           "COMMIT_IN_FLIGHT"), HOLDS,
+           "the same with a second instance: the fenced instance's late commits are refused"),
+    _group("narrow:3-batches", ("NARROW", "BATCHES=3"), HOLDS,
+           "tasks commit offsets in their transactions, the driver's commits around them"),
+    _group("narrow:3-batches+restart", ("NARROW", "BATCHES=3", "RESTART"), HOLDS,
+           "a driver dying anywhere: the replayed batch is skipped or committed once"),
+    _group("narrow:3-batches+second-instance", ("NARROW", "BATCHES=3", "SECOND_INSTANCE"), HOLDS,
+           "a second instance behind the group: never back, each batch's output once"),
+    _group("narrow:3-batches+restart,spark-4.1", ("NARROW", "BATCHES=3", "RESTART", "SPARK_41"), HOLDS,
+           "PySpark 4.0/4.1's order: commit(end) after the next batch's offset log entry"),
+    _group("narrow:3-batches,in-flight", ("NARROW", "BATCHES=3", "COMMIT_IN_FLIGHT"), HOLDS,
+           "a sent commit the driver stops waiting for: the stable read sends none behind a task's transaction"),
+    _group("narrow:3-batches+restart,answered-in-flight", ("NARROW", "BATCHES=3", "RESTART", "COMMIT_IN_FLIGHT",
+                                                           "ANSWERED_IN_FLIGHT"), HOLDS,
+           "commits that land after their answer (a client timeout), drivers dying anywhere"),
+    _group("narrow:3-batches+second-instance,answered-in-flight", ("NARROW", "BATCHES=3", "SECOND_INSTANCE",
+                                                                   "COMMIT_IN_FLIGHT", "ANSWERED_IN_FLIGHT"), HOLDS,
+           "the same with a second instance"),
+    _group("narrow:3-batches+restart,no-backward-check", ("NARROW", "BATCHES=3", "RESTART", "MUTANT_BACKWARD"), HOLDS,
+           "a restart on its own checkpoint never asks for an end below C: the check is for a checkpoint behind"),
+    # A limit of the protocol, which the checker must keep finding until it is closed (README).
+    _group("limit:shuffle:3-batches,answered-in-flight", ("SHUFFLE", "BATCHES=3", "COMMIT_IN_FLIGHT",
+                                                          "ANSWERED_IN_FLIGHT"), VIOLATION,
+           "LIMIT: a commit answered REQUEST_TIMED_OUT that lands after the next one moves C back (no output twice)"),
+    # One mistake each, which the checker must find.
+    _group("mutant:unstable-commit-read", ("NARROW", "BATCHES=2", "COMMIT_IN_FLIGHT", "MUTANT_UNSTABLE_COMMIT_READ"),
+           VIOLATION, "the code before the stable read: a late plain commit of batch 1 moves C back from 2"),
+    _group("mutant:unstable-commit-read,output", ("NARROW", "BATCHES=2", "COMMIT_IN_FLIGHT",
+                                                  "MUTANT_UNSTABLE_COMMIT_READ", "ASSERT_OUTPUT_ONLY"), VIOLATION,
+           "...and batch 2's retried task finds C at its start: batch 2's output twice"),
+    _group("mutant:backward+second-instance", ("SHUFFLE", "BATCHES=2", "SECOND_INSTANCE", "MUTANT_BACKWARD"),
+           VIOLATION, "no committed < end check: an instance whose checkpoint is behind the group moves C back"),
+    _group("mutant:backward+second-instance,narrow", ("NARROW", "BATCHES=2", "SECOND_INSTANCE", "MUTANT_BACKWARD"),
+           VIOLATION, "the same with narrow tasks: a batch's output twice"),
+    _group("mutant:at-plan", ("SHUFFLE", "BATCHES=2", "MUTANT_AT_PLAN"), VIOLATION,
+           "committing the planned end at latestOffset: C ahead of the visible output"),
+    _group("mutant:no-generation+restart", ("SHUFFLE", "BATCHES=2", "RESTART", "MUTANT_NO_GENERATION"), VIOLATION,
+           "commits not tied to the member id: a dead run's late commit moves C back"),
+)
+
 # --full adds these: minutes and gigabytes each (COLLAPSE compresses the stored states
 # losslessly, so the searches stay exhaustive).
 FULL_CONFIGS = (
@@ -131,6 +237,14 @@ FULL_CONFIGS = (
            "three attempts of batch 1 and one of batch 2", ("-DCOLLAPSE",), 2048),
     Config("3-attempts+restart", ("ATTEMPTS=3", "RESTART"), HOLDS,
            "three attempts of batch 1 in run 1 and one in a new run", ("-DCOLLAPSE",), 8192),
+    _records("progress-records:restart+retry", ("RESTART_RETRY",), HOLDS,
+             "a new run with two attempts, run 1's alive", ("-DCOLLAPSE",), 2048),
+    _records("progress-records:restart+retry,crashes", ("RESTART_RETRY", "CRASHES"), HOLDS,
+             "the same with attempts dying anywhere", ("-DCOLLAPSE",), 4096),
+    # A proposal, not the code: what would close the shuffle limit above.
+    _group("proposal:shuffle:3-batches+restart,answered-in-flight,rejoin",
+           ("SHUFFLE", "BATCHES=3", "RESTART", "COMMIT_IN_FLIGHT", "ANSWERED_IN_FLIGHT", "FIX_REJOIN"), HOLDS,
+           "rejoining under a new member id after a commit's outcome is unknown fences the late commit"),
 )
 
 
@@ -140,6 +254,7 @@ class Result:
     defines: list[str]
     expect: str
     shows: str
+    model: str = MODEL.name
     ok: bool = False
     errors: int | None = None
     complete: bool = False
@@ -256,20 +371,22 @@ def run_pan(work: Path, attempts: int = 100) -> subprocess.CompletedProcess:
 
 def check(config: Config, spin: str, gcc: str, root: Path, memory_limit_mb: int = MEMORY_LIMIT_MB,
           pan_cache: Path | None = None) -> Result:
-    result = Result(config.name, list(config.defines), config.expect, config.shows)
+    result = Result(config.name, list(config.defines), config.expect, config.shows, config.model)
     started = time.monotonic()
     work = root / re.sub(r"[^A-Za-z0-9]+", "_", config.name)
     work.mkdir()
-    shutil.copy(MODEL, work / MODEL.name)
+    model = config.model
+    shutil.copy(MODELS / model, work / model)
     defines = [f"-D{d}" for d in config.defines]
     try:
-        run([spin, "-a", *defines, MODEL.name], work, "spin -a")
+        run([spin, "-a", *defines, model], work, "spin -a")
         # -w: spin's generated C draws compiler warnings that say nothing about the model.
         compile_pan(gcc, [*config.cflags, f"-DMEMLIM={memory_limit_mb}"], work, pan_cache)
         pan = run_pan(work)
         parse_pan(pan.stdout + pan.stderr, result)
-        if result.errors and (work / f"{MODEL.name}.trail").exists():
-            parse_replay(run([spin, "-t", "-T", *defines, MODEL.name], work, "spin -t"), result)
+        # spin names the trail after the model, with a leading "_" for some names: whichever it wrote.
+        if result.errors and any(work.glob("*.trail")):
+            parse_replay(run([spin, "-t", "-T", *defines, model], work, "spin -t"), result)
     except RuntimeError as error:
         result.problem = str(error)
     result.total_seconds = round(time.monotonic() - started, 2)
@@ -308,7 +425,8 @@ def print_table(results: list[Result], version: str) -> None:
              number(r.errors), number(r.states_stored), number(r.transitions), number(r.depth),
              number(r.search_seconds), number(r.total_seconds)) for r in results]
     widths = [max(len(str(row[i])) for row in (headers, *rows)) for i in range(len(headers))]
-    print(f"{version}; model {MODEL.name}; exhaustive search (-DSAFETY), depth limit {SEARCH_DEPTH:,}\n")
+    models = ", ".join(sorted({r.model for r in results}))
+    print(f"{version}; models {models}; exhaustive search (-DSAFETY), depth limit {SEARCH_DEPTH:,}\n")
     for row in (headers, tuple("-" * w for w in widths), *rows):
         print("  ".join(str(cell).ljust(w) if i < 3 else str(cell).rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
     for r in results:
@@ -354,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                                     configs))
     ok = all(r.ok for r in results)
     if args.json:
-        print(json.dumps({"ok": ok, "spin": version, "model": str(MODEL), "search_depth": SEARCH_DEPTH,
+        print(json.dumps({"ok": ok, "spin": version, "models": sorted({r.model for r in results}), "search_depth": SEARCH_DEPTH,
                           "results": [asdict(r) for r in results]}, indent=2))
     else:
         print_table(results, version)

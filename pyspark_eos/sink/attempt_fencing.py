@@ -82,7 +82,7 @@ from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_recor
 from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
-from .fence_decision import FenceOutcome, decide_fence, initialized_since, needs_claims_read, taken_over_since
+from .fence_decision import FenceOutcome, decide_fence, holder_fenced, needs_claims_read
 from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
@@ -163,8 +163,7 @@ class AttemptClaim:
             )
         for zombie in verdict.to_fence:
             with current_holder(zombie.transactional_id) as holder:
-                token, after = (holder.token, holder.initialized_after) if holder else (None, None)
-                if taken_over_since(zombie, own, token) or initialized_since(zombie, self.topic, after):
+                if holder_fenced(zombie, own, self.topic, holder):
                     log.info("%s (%s): not fencing %s (%s): its transactional id %r is held by a process of this "
                              "host whose init_transactions came after that claim and ended its transaction",
                              own.task, own.order, zombie.task, zombie.order, zombie.transactional_id)

@@ -15,6 +15,7 @@ from typing import Iterable
 
 from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, Claim
 from ..protocol.group_stamp import GroupStamp
+from .transactional_id_factory import SlotHolder
 
 
 class FenceOutcome(Enum):
@@ -90,6 +91,19 @@ def _taken_over(claim: Claim, records: list) -> bool:
     return bool(claim.slots) and any(
         isinstance(r, Claim) and r.kind == CLAIM and r.transactional_id == claim.transactional_id
         and r.slots == claim.slots and r.offset > claim.offset and r.order != claim.order for r in records)
+
+
+def holder_fenced(zombie: Claim, own: Claim, topic: str, holder: SlotHolder | None) -> bool:
+    """The step "holder" of docs/model/progress_records.pml: whether the process that holds
+    ``zombie``'s transactional id on this host now (``holder``: its slot's lock file, None for an id
+    of other slots) has fenced ``zombie`` already, so that fencing it again would only abort that
+    holder's transaction (another task's). Only a holder whose producer was made proves it: one
+    whose producer is still being made (or never was: it died first, or its init failed) has not
+    run the init_transactions that ends what the zombie left open, and skipping the fence then
+    would leave a dead attempt's transaction open to the broker's timeout."""
+    if holder is None or not holder.made:
+        return False
+    return taken_over_since(zombie, own, holder.token) or initialized_since(zombie, topic, holder.initialized_after)
 
 
 def initialized_since(zombie: Claim, topic: str, initialized_after: tuple[str, int] | None) -> bool:

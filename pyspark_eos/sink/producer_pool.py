@@ -68,7 +68,7 @@ def producer_for(held: Held, lease: SlotLease, group_id: str | None,
     try:
         worker = _producer_for(held, lease, group_id, plan)
     except BaseException:
-        lease.record_producer(None)  # no producer is being made any more: nobody waits for one
+        lease.record_failure()
         raise
     lease.record_producer(worker.initialized_after)
     return worker

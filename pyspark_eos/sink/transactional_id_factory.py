@@ -24,10 +24,11 @@ number of Python workers of a host that write at the same time or keep a produce
 PySpark's worker pools, not by the number of tasks or of executors the host ever ran, and a dead
 worker's id is taken over by the next task.
 
-A slot's lock file names its holder's token and, once its producer is ready, the claims log's
-offset that producer was initialized after (a plan record its task began under): an attempt about
-to fence an id reads there whether a task of this host holds that id now, and whether its
-``init_transactions`` already fenced the claim in question (attempt_fencing).
+A slot's lock file names its holder's token, whether its producer is being made or was made, and
+the claims log's offset that producer was initialized after (a plan record its task began under),
+if known: an attempt about to fence an id reads there whether a task of this host holds that id
+now, and whether its ``init_transactions`` already fenced the claim in question (attempt_fencing;
+docs/model/progress_records.pml, the step "holder").
 """
 from __future__ import annotations
 
@@ -82,13 +83,22 @@ class SlotLease:
     path: Path | None = None  # the slot's lock file
 
     def record_producer(self, initialized_after: tuple[str, int] | None) -> None:
-        """Record in the slot's lock file, held by this lease, that its producer was initialized
-        after a record of a claims topic was appended: (topic, offset); None: not known."""
+        """Record in the slot's lock file, held by this lease, that its producer was made (its
+        init_transactions returned), after a record of a claims topic was appended: (topic,
+        offset); None: after what is not known."""
+        self._write(MADE if initialized_after is None else (str(initialized_after[1]), initialized_after[0]))
+
+    def record_failure(self) -> None:
+        """Record that no producer was made and none is being made: nobody waits for one, and the
+        lease proves nothing about the slot's transactional id (fence_decision.holder_fenced)."""
+        self._write(())
+
+    def _write(self, fields) -> None:
         if self.path is None:
             return
         fd = os.open(self.path, os.O_WRONLY)
         try:
-            _write_holder(fd, () if initialized_after is None else (str(initialized_after[1]), initialized_after[0]))
+            _write_holder(fd, fields)
         finally:
             os.close(fd)
 
@@ -102,16 +112,21 @@ class SlotHolder:
     initialized_after: tuple[str, int] | None = None
     busy: bool = False  # a running task holds the slot
     pending: bool = False  # its producer is being made, and will be recorded
+    # Its producer was made: its init_transactions on the slot's id returned. A token alone (a
+    # lease whose producer failed, or one of a version that recorded no more) says nothing of it.
+    made: bool = False
 
     @staticmethod
     def parse(text: str, busy: bool = False) -> "SlotHolder":
         token, *rest = text.split() or [""]
         after = (rest[1], int(rest[0])) if len(rest) == 2 and rest[0].isdigit() else None
-        return SlotHolder(token, after, busy, rest == [PENDING])
+        return SlotHolder(token, after, busy, rest == [PENDING], after is not None or rest == list(MADE))
 
 
-# Written after the holder's token by a lease whose producer will be recorded (record_producer).
+# Written after the holder's token: by its lease (its producer is being made), and by
+# record_producer when the producer is made after no known record.
 PENDING = "?"
+MADE = (".",)
 # A lock file's most: a token, an offset and a topic name (at most 249 characters).
 _HOLDER_BYTES = 1024
 
@@ -179,17 +194,16 @@ def slot_directory(prefix: str, group_id: str | None) -> Path:
 
 
 @contextlib.contextmanager
-def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None,
-               records_producer: bool = False) -> Iterator[SlotLease]:
+def lease_slot(prefix: str, group_id: str | None, preferred: int | None = None) -> Iterator[SlotLease]:
     """Hold a slot of this host for the duration of one write task (see the module's docs).
 
-    ``preferred``: the slot this worker's producer was made for; ``records_producer``: the task
-    will record what its producer was initialized after (SlotLease.record_producer).
+    ``preferred``: the slot this worker's producer was made for. The lease says its producer is
+    being made until the task records it (SlotLease.record_producer, record_failure).
     """
     directory = slot_directory(prefix, group_id)
     candidates = itertools.chain(_orphaned(directory), [] if preferred is None else [preferred], count())
     for slot in candidates:
-        with _lease(directory / f"slot-{slot}.lock", _may_take, PENDING if records_producer else "") as previous:
+        with _lease(directory / f"slot-{slot}.lock", _may_take, PENDING) as previous:
             if previous is None:
                 continue
             lease = SlotLease(transactional_id(prefix, group_id, slots_name(), slot), slot, previous,

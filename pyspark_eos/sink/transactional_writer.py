@@ -68,7 +68,7 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
     context = FailureContext(held, task.batch_id is not None, options.commits_input_offsets, options.records_progress)
     scope = id_scope(options.group_id, options.txn_app_id, task.query_id or None)
     plan = (progress_plan.topic, progress_plan.offset) if progress_plan is not None else None
-    with lease_slot(options.transactional_id_prefix, scope, cached_slot(held), plan is not None) as lease:
+    with lease_slot(options.transactional_id_prefix, scope, cached_slot(held)) as lease:
         worker = producer_for(held, lease, options.group_id, plan)
         steps.ended("producer")
         return _WriteTask(task, held, worker, target, context, options.stable_offsets_timeout_ms, steps).run(records)

@@ -10,10 +10,13 @@ visible. A commit never moves an offset back (a query restarted from an older ch
 
 It is made between batches, before Spark plans the next one, so no task of the query sends
 offsets to the group meanwhile: a commit made outside transactions could otherwise move one of
-theirs back. The group's offsets are read without waiting for open transactions (a zombie
-attempt's, which the claims protocol keeps from committing anything but the same ends). The
-member commits under its generation: a replaced instance's commits are refused like its
-transactions.
+theirs back. The group's offsets are read first without waiting for open transactions; only ends
+that read shows behind are read again stably, waiting up to STABLE_COMMIT_READ_S while a
+transaction holds them: a narrow pipeline's task committed its batch's end in its transaction,
+whose marker reaches the group after the task succeeded, and a plain commit sent before the marker
+would be the later record, which the coordinator keeps over transactional ones, even the next
+batch's should the plain one land late (docs/model/group_commit.pml). The member commits under its
+generation: a replaced instance's commits are refused like its transactions.
 """
 from __future__ import annotations
 
@@ -21,11 +24,15 @@ from ..protocol.commit_metadata import partition_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
 
+# A narrow pipeline's markers follow its commit within moments; a zombie attempt's transaction can
+# hold the ends for its timeout, and then this batch commits nothing (the next batch's ends follow).
+STABLE_COMMIT_READ_S = 5.0
+
 
 def offsets_to_commit(ends: dict[TopicPartitionKey, int], committed: dict[TopicPartitionKey, int],
                       assigned: frozenset) -> dict[TopicPartitionKey, int]:
-    """The completed ends to commit: those of partitions this member owns whose committed offset
-    (absent: never committed) is behind; never backward."""
+    """The completed ends to commit (the model's step offsets_to_commit): those of partitions this
+    member owns whose committed offset (absent: never committed) is behind; never backward."""
     return {key: end for key, end in ends.items() if key in assigned and committed.get(key, -1) < end}
 
 

@@ -39,11 +39,17 @@ NO_LEADERS = KafkaError._NOENT
 STALE_CLIENT_CODES = LEADERSHIP_CODES | {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, NO_LEADERS}
 
 
+def _answered(answered: list[TopicPartition] | None) -> Offsets | None:
+    if answered is None or any(tp.error is not None for tp in answered):
+        return None
+    return {(tp.topic, tp.partition): tp.offset for tp in answered if tp.offset >= 0}
+
+
 class KafkaOffsetReader:
     def __init__(self, options: SourceOptions):
         self.options = options
         self._admin: AdminClient | None = None
-        self._group_reader_client: Consumer | None = None
+        self._group_readers: dict[str, Consumer] = {}  # by isolation level
 
     @property
     def admin(self) -> AdminClient:
@@ -113,28 +119,33 @@ class KafkaOffsetReader:
 
     def committed_answer(self, group: str, partitions: list[TopicPartitionKey]) -> Offsets | None:
         """committed_now, or None unless every partition was answered (left out: never committed)."""
-        answered = self._ask_committed(group, partitions)
-        if answered is None or any(tp.error is not None for tp in answered):
-            return None
-        return {(tp.topic, tp.partition): tp.offset for tp in answered if tp.offset >= 0}
+        return _answered(self._ask_committed(group, partitions))
 
-    def _ask_committed(self, group: str, partitions: list[TopicPartitionKey]) -> list[TopicPartition] | None:
+    def committed_stable_answer(self, group: str, partitions: list[TopicPartitionKey],
+                                timeout_s: float) -> Offsets | None:
+        """committed_answer once no open transaction holds an offset of ``partitions`` pending,
+        waiting up to ``timeout_s`` for that; None when the wait gave up or a partition was not
+        answered."""
+        return _answered(self._ask_committed(group, partitions, "read_committed", timeout_s))
+
+    def _ask_committed(self, group: str, partitions: list[TopicPartitionKey], isolation: str = "read_uncommitted",
+                       timeout_s: float = REQUEST_TIMEOUT_S) -> list[TopicPartition] | None:
         try:
-            return self._group_reader(group).committed(
-                [TopicPartition(topic, partition) for topic, partition in partitions], timeout=REQUEST_TIMEOUT_S)
+            return self._group_reader(group, isolation).committed(
+                [TopicPartition(topic, partition) for topic, partition in partitions], timeout=timeout_s)
         except KafkaException as error:
             log.warning("consumer group %r: no committed offsets (%s)", group, error.args[0])
             return None
 
-    def _group_reader(self, group: str) -> Consumer:
-        if self._group_reader_client is None:
-            # Never subscribes, so never joins the group. read_uncommitted: librdkafka asks for
-            # stable offsets (and waits for open transactions) only under read_committed.
-            self._group_reader_client = Consumer({
+    def _group_reader(self, group: str, isolation: str) -> Consumer:
+        if isolation not in self._group_readers:
+            # Never subscribes, so never joins the group. librdkafka asks for stable offsets (and
+            # waits while open transactions hold them) only under read_committed.
+            self._group_readers[isolation] = Consumer({
                 **self.options.kafka, "bootstrap.servers": self.options.bootstrap_servers, "group.id": group,
-                "isolation.level": "read_uncommitted", "enable.auto.commit": "false",
+                "isolation.level": isolation, "enable.auto.commit": "false",
                 "enable.auto.offset.store": "false"})
-        return self._group_reader_client
+        return self._group_readers[isolation]
 
     @property
     def _cluster_wait_s(self) -> float:

@@ -8,7 +8,7 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import ClaimsLog
 from ..protocol.handover import Provenance, record_read
 from ..protocol.group_stamp import GroupStamp
-from .group_commits import commit_metadata, offsets_to_commit
+from .group_commits import STABLE_COMMIT_READ_S, commit_metadata, offsets_to_commit
 from .group_membership import GroupMembership, instance_id_for, subscription_name
 from .input_partition import KafkaInputPartition, input_partitions
 from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offsets
@@ -116,11 +116,19 @@ class SourcePlanner:
         stamp = self._membership.current_stamp() if self._membership is not None else None
         if stamp is None:
             return
-        committed = self.kafka.committed_answer(self.options.group_id, list(ends))
-        if committed is None:
-            return  # not known now: the next completed batch's ends are committed instead
-        wanted = offsets_to_commit(ends, committed, stamp.assignment)
+        group = self.options.group_id
+        committed = self.kafka.committed_answer(group, list(ends))
+        wanted = offsets_to_commit(ends, committed, stamp.assignment) if committed is not None else {}
         if wanted:
+            # A narrow pipeline's tasks commit these ends in their transactions, whose markers reach
+            # the group after EndTxn was answered. A plain commit sent before a marker is appended
+            # after the task's pending offset, and the coordinator keeps the later record: it would
+            # win over the next batch's transactional offset too if it landed late, moving the
+            # group's offset back under a batch whose output is visible (docs/model/group_commit.pml).
+            # The stable read waits for the marker, and finds the end committed.
+            committed = self.kafka.committed_stable_answer(group, list(wanted), STABLE_COMMIT_READ_S)
+            wanted = offsets_to_commit(wanted, committed, stamp.assignment) if committed is not None else {}
+        if wanted:  # not known now: the next completed batch's ends are committed instead
             self._membership.commit(wanted, commit_metadata(stamp))
 
     def leave_group_once_committed(self, partitions: list[KafkaInputPartition]) -> None:
