@@ -157,7 +157,7 @@ def test_a_slots_lock_file_names_its_holder_and_what_its_producer_was_initialize
 
 # ------------------------------------------------------------------ progress_records.pml, step by step
 
-def test_progress_since_reads_from_the_lookback_but_not_before_the_tasks_last_committed_plan():
+def test_progress_reading_start_reads_from_the_lookback_but_not_before_the_tasks_last_committed_plan():
     assert PlanRecord("claims", 50).reading_start(30) == 50  # a plan of input offsets: its own record
     lookback = PlanRecord("claims", 50, since=20)
     assert lookback.reading_start() == 20
@@ -168,7 +168,7 @@ def test_progress_since_reads_from_the_lookback_but_not_before_the_tasks_last_co
     assert committed_plan(Committed(8, progress_metadata(7, "q-1", digest, PlanRecord("claims", 30)))) == 30
 
 
-def test_progress_decide_fences_an_ids_newest_unreleased_claim():
+def test_progress_decide_fence_fences_an_ids_newest_unreleased_claim():
     # The model's MUTANT_OLDEST_CLAIM (the decision before 1e6a788) took an id's oldest claim:
     # with ids shared between applications a holder initialized between the two claims made the
     # attempt skip the fence, and the newer claim's attempt committed too.
@@ -177,7 +177,7 @@ def test_progress_decide_fences_an_ids_newest_unreleased_claim():
     assert decide_fence(OWN, [older, newer, OWN]).to_fence == (newer,)
 
 
-def test_progress_holder_a_holder_whose_producer_is_not_made_has_fenced_nothing():
+def test_progress_holder_fenced_a_holder_whose_producer_is_not_made_has_fenced_nothing():
     # The model's MUTANT_TAKEN_OVER_UNMADE: a holder named in the lock file whose producer is being
     # made (or never was: it died first) has not aborted what the dead attempt left open.
     own = dataclasses.replace(OWN, slots="host-a", holder="worker-b")

@@ -509,11 +509,11 @@ committed_answer:
     fi;
 #endif
 #ifndef MUTANT_UNSTABLE_COMMIT_READ
-    /* stable read: kafka.committed_stable, an OffsetFetch with require_stable: it waits while a
+    /* kafka.committed_stable_answer, an OffsetFetch with require_stable: it waits while a
      * transaction holds a pending offset (a narrow pipeline's task whose marker is on its way),
      * or gives up (STABLE_COMMIT_READ_S): nothing is committed then. (MUTANT: the code before it,
      * which committed on the read above.) */
-commit_stable_read:
+committed_stable_answer:
     if
     :: atomic { NO_PENDING -> seen = C; printf("driver %d: commit_completed_batch(%d): stable read: C = %d\n", r, e, seen) }
     :: printf("driver %d: commit_completed_batch(%d): the stable read gives up: nothing committed\n", r, e); seen = 0; goto committed

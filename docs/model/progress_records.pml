@@ -7,24 +7,27 @@
  * own, which has no members (sink/task_progress.py). Here the group's offset is P = the version
  * last committed (0: none). Each attempt of the task:
  *
- *   lease    leases a write slot of its host (a lock file; a slot's id is its transactional id)
- *   init     init_transactions on the slot's id (the producer of the slot), and records in the lock
- *            file the plan record its producer was initialized after
- *   since    reads the plan under which the task last committed (not stable) and starts reading
- *            claims at the earlier of its own plan and max(the look-back, that plan)
- *   claim    appends its claim (acks=all) BEFORE its transaction opens (claims first)
- *   decide   reads the claims from `since` to its own: a newer claim -> refuse; per other
- *            transactional id, the newest unreleased older claim not taken over since -> fence
- *   holder   per id to fence, reads the slot's holder from its host's lock file: a holder that
- *            took the slot over from the claim's process, or whose producer was initialized after
- *            the claim, has fenced it already -> skip; else init_transactions on the id (fence)
- *   produce  the first record opens the transaction
- *   read     stable read of P (waits while an open transaction holds a pending offset)
- *   commit?  P < version: commit; P == version: already written, skip; P > version: a stream's
- *            stale attempt refuses, a batch write's older version is skipped (as Delta)
- *   send     sendOffsetsToTransaction(version), accepted with the id's current epoch
- *   commit   EndTxn: the records visible and P = version, at once
- *   release  a release of its claim; the slot's lock freed
+ *   lease          leases a write slot of its host (a lock file; a slot's id is its
+ *                  transactional id)
+ *   init           init_transactions on the slot's id (the producer of the slot), and records in
+ *                  the lock file that its producer was made, after its plan record
+ *   reading_start  reads the plan under which the task last committed (not stable) and starts
+ *                  reading claims at the earlier of its own plan and max(the look-back, that plan)
+ *   claim          appends its claim (acks=all) BEFORE its transaction opens (claims first)
+ *   decide_fence   reads the claims from there to its own: a newer claim -> refuse; per other
+ *                  transactional id, the newest unreleased older claim not taken over -> fence
+ *   holder_fenced  per id to fence, reads the slot's holder from its host's lock file: a holder
+ *                  whose producer was made, and that took the slot over from the claim's process
+ *                  or was initialized after the claim, has fenced it already -> skip; else
+ *                  init_transactions on the id (fence)
+ *   produce        the first record opens the transaction
+ *   read           stable read of P (waits while an open transaction holds a pending offset)
+ *   decide_progress_commit  P < version: commit; P == version: already written, skip; P >
+ *                  version: a stream's stale attempt refuses, a batch write's older version is
+ *                  skipped (as Delta)
+ *   send           sendOffsetsToTransaction(version), accepted with the id's current epoch
+ *   commit         EndTxn: the records visible and P = version, at once
+ *   release        a release of its claim; the slot's lock freed
  *
  * Configuration (spin -a -DNAME progress_records.pml; docs/model/check.py runs them all):
  *   RETRY         two attempts of version 1 in one run (a retry, a speculative copy)
@@ -252,7 +255,7 @@ end_unplanned:
     init_and_record();
     zo[0] = NONE; zo[1] = NONE; zo[2] = NONE;
 
-    /* since: the plan under which the task last committed, read without waiting (reading_start). */
+    /* reading_start: the plan under which the task last committed, read without waiting. */
     atomic {
 #ifdef MUTANT_NO_LOOKBACK
         from = plan_at[pl];      /* MUTANT: from its own plan record, as a plan of input offsets */
@@ -281,7 +284,7 @@ end_unplanned:
     fi;
     CRASH_POINT;
 
-    /* decide (fence_decision.decide_fence): one read of from..o */
+    /* decide_fence: one read of from..o */
     if
     :: d_step {
            for (i : from .. o) {
@@ -319,7 +322,7 @@ end_unplanned:
     :: else -> skip
     fi;
 
-    /* holder, and fence: per id, in any order */
+    /* holder_fenced, and fence: per id, in any order */
 fence_next:
     if
     :: zo[0] == NONE && zo[1] == NONE && zo[2] == NONE -> goto fenced
@@ -382,7 +385,7 @@ fenced:
     fi;
     CRASH_POINT;
 
-    /* read, then commit? (commit_decision.decide_progress_commit) */
+    /* read, then decide_progress_commit */
     if
     :: atomic { NO_PENDING -> seen = P; printf("A%d: stable read: P = %d\n", me, seen) }
     :: goto failed

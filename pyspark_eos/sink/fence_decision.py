@@ -94,7 +94,7 @@ def _taken_over(claim: Claim, records: list) -> bool:
 
 
 def holder_fenced(zombie: Claim, own: Claim, topic: str, holder: SlotHolder | None) -> bool:
-    """The step "holder" of docs/model/progress_records.pml: whether the process that holds
+    """The step holder_fenced of docs/model/progress_records.pml: whether the process that holds
     ``zombie``'s transactional id on this host now (``holder``: its slot's lock file, None for an id
     of other slots) has fenced ``zombie`` already, so that fencing it again would only abort that
     holder's transaction (another task's). Only a holder whose producer was made proves it: one

@@ -28,7 +28,7 @@ A slot's lock file names its holder's token, whether its producer is being made 
 the claims log's offset that producer was initialized after (a plan record its task began under),
 if known: an attempt about to fence an id reads there whether a task of this host holds that id
 now, and whether its ``init_transactions`` already fenced the claim in question (attempt_fencing;
-docs/model/progress_records.pml, the step "holder").
+docs/model/progress_records.pml, the step holder_fenced).
 """
 from __future__ import annotations
 
