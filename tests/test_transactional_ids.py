@@ -175,13 +175,14 @@ def test_a_dead_workers_slot_goes_before_the_slot_a_worker_prefers(tmp_path, mon
 
 def test_a_slot_names_what_its_holders_producer_was_initialized_after_and_a_fencer_waits_for_it(tmp_path, monkeypatch):
     monkeypatch.setenv(SLOTS_DIRECTORY_ENV, str(tmp_path))
-    with lease_slot("p", "g", records_producer=True) as lease:
+    with lease_slot("p", "g") as lease:
         with current_holder(lease.transactional_id, wait_s=0.3) as holder:  # waited out: never recorded
             assert (holder.token, holder.busy, holder.pending) == (process_token(), True, True)
         recorder = threading.Timer(0.2, lease.record_producer, [("claims", 7)])
         recorder.start()
         with current_holder(lease.transactional_id) as holder:  # waits until the producer is recorded
-            assert (holder.busy, holder.pending, holder.initialized_after) == (True, False, ("claims", 7))
+            assert (holder.busy, holder.pending, holder.made, holder.initialized_after) == (True, False, True,
+                                                                                             ("claims", 7))
         recorder.join()
     with current_holder(lease.transactional_id) as holder:  # free now: locked by the reader, record kept
         assert (holder.token, holder.busy, holder.initialized_after) == (process_token(), False, ("claims", 7))
@@ -190,4 +191,8 @@ def test_a_slot_names_what_its_holders_producer_was_initialized_after_and_a_fenc
     with lease_slot("p", "g", preferred=0) as again:
         again.record_producer(None)  # a producer made without a plan record: nothing to wait for
         with current_holder(again.transactional_id, wait_s=30) as holder:
-            assert (again.slot, holder.pending, holder.initialized_after) == (0, False, None)
+            assert (again.slot, holder.pending, holder.made, holder.initialized_after) == (0, False, True, None)
+    with lease_slot("p", "g", preferred=0) as failed:
+        failed.record_failure()  # no producer made: nothing to wait for, and no proof of a fence
+        with current_holder(failed.transactional_id, wait_s=30) as holder:
+            assert (failed.slot, holder.pending, holder.made) == (0, False, False)
