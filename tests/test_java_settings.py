@@ -53,6 +53,57 @@ def test_a_login_librdkafka_cannot_take_is_refused_saying_what_to_use(jaas, says
     assert says in str(refused.value)
 
 
+OIDC_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+ENDPOINT = "https://idp.example.com/oauth2/token"
+
+
+def test_an_oauth_login_with_kafkas_handler_becomes_librdkafkas_oidc_login():
+    jaas = (f'{OAUTHBEARER_MODULE} required clientId="spark" clientSecret="s3cret" scope="kafka" '
+            'extension_logicalCluster="lkc-1";')
+    assert translated({"sasl.mechanism": "OAUTHBEARER", "sasl.login.callback.handler.class": OIDC_HANDLER,
+                       "sasl.oauthbearer.token.endpoint.url": ENDPOINT, "sasl.jaas.config": jaas,
+                       "sasl.login.read.timeout.ms": "10000"}) == {
+        "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": ENDPOINT,
+        "sasl.oauthbearer.client.id": "spark", "sasl.oauthbearer.client.secret": "s3cret",
+        "sasl.oauthbearer.scope": "kafka", "sasl.oauthbearer.extensions": "logicalCluster=lkc-1"}
+    # Kafka 4.1's names: the credentials as settings, the JAAS entry bare.
+    assert translated({"sasl.login.callback.handler.class": OIDC_HANDLER,
+                       "sasl.oauthbearer.jwt.retriever.class":
+                           "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever",
+                       "sasl.oauthbearer.client.credentials.client.id": "spark",
+                       "sasl.oauthbearer.client.credentials.client.secret": "s3cret", "sasl.oauthbearer.scope": "kafka",
+                       "sasl.oauthbearer.token.endpoint.url": ENDPOINT,
+                       "sasl.jaas.config": f"{OAUTHBEARER_MODULE} required ;"}) == {
+        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": ENDPOINT,
+        "sasl.oauthbearer.client.id": "spark", "sasl.oauthbearer.client.secret": "s3cret",
+        "sasl.oauthbearer.scope": "kafka"}
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"sasl.jaas.config": f'{OAUTHBEARER_MODULE} required clientId="spark";'},
+     "has no clientSecret (kafka.sasl.jaas.config), kafka.sasl.oauthbearer.token.endpoint.url"),
+    ({"sasl.oauthbearer.jwt.retriever.class": "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever"},
+     "runs the client_credentials login only"),
+])
+def test_an_oauth_login_eos_kafka_cannot_run_is_refused_naming_what_is_missing(settings, says):
+    with pytest.raises(ConfigurationError) as refused:
+        translated({"sasl.login.callback.handler.class": OIDC_HANDLER, **settings})
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("handler, says", [
+    ("software.amazon.msk.auth.iam.IAMClientCallbackHandler", "aws-msk-iam-sasl-signer-python"),
+    ("org.example.TokenHandler", "kafka.oauth_cb"),
+])
+def test_another_login_handler_is_refused_saying_what_to_use(handler, says):
+    with pytest.raises(ConfigurationError, match="kafka.sasl.login.callback.handler.class") as refused:
+        translated({"sasl.login.callback.handler.class": handler})
+    assert says in str(refused.value)
+    if "msk" in handler:
+        with pytest.raises(ConfigurationError, match="aws-msk-iam-sasl-signer-python"):
+            translated({"sasl.jaas.config": "software.amazon.msk.auth.iam.IAMLoginModule required;"})
+
+
 def test_a_login_and_a_librdkafka_setting_that_disagree_are_refused():
     with pytest.raises(ConfigurationError, match="kafka.sasl.jaas.config and option kafka.sasl.username disagree"):
         translated({"sasl.username": "bob", "sasl.jaas.config": f'{PLAIN_MODULE} required username="alice" '

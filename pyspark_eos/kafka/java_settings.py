@@ -9,6 +9,11 @@ options again):
   become librdkafka's settings: PLAIN and SCRAM (``sasl.username``, ``sasl.password``),
   OAUTHBEARER with the unsecured JWT options (``sasl.oauthbearer.config``), Kerberos
   (``sasl.kerberos.keytab``, ``sasl.kerberos.principal``).
+- The OAuth login of an identity provider (Kafka's ``OAuthBearerLoginCallbackHandler``, the
+  client_credentials grant: ``clientId``/``clientSecret``/``scope`` in the JAAS entry, or Kafka
+  4.1's ``sasl.oauthbearer.client.credentials.*``) becomes librdkafka's
+  ``sasl.oauthbearer.method=oidc`` with its ``sasl.oauthbearer.client.*`` settings; the token
+  endpoint's and the scope's names are the same in both.
 - Trust and key stores: librdkafka reads PEM and PKCS#12, never JKS. A truststore's certificates
   become ``ssl.ca.pem``; a PKCS#12 keystore is read by librdkafka itself
   (``ssl.keystore.location``), a JKS one becomes ``ssl.certificate.pem`` and ``ssl.key.pem``. A JKS
@@ -58,6 +63,10 @@ JAVA_ONLY = frozenset({
     "sasl.login.refresh.buffer.seconds", "sasl.kerberos.service.name.ignored", "socket.connection.setup.timeout.ms",
     "socket.connection.setup.timeout.max.ms", "exclude.internal.topics", "enable.metrics.push",
     "partitioner.ignore.keys", "partitioner.adaptive.partitioning.enable", "partitioner.availability.timeout.ms",
+    # The OAuth login's HTTP client and its checks of the token it got: librdkafka has its own.
+    "sasl.login.connect.timeout.ms", "sasl.login.read.timeout.ms", "sasl.login.retry.backoff.ms",
+    "sasl.login.retry.backoff.max.ms", "sasl.oauthbearer.scope.claim.name", "sasl.oauthbearer.sub.claim.name",
+    "sasl.oauthbearer.jwt.validator.class", "sasl.oauthbearer.header.urlencode",
 })
 
 # Refused as Spark's connector refuses them (KafkaSourceProvider), with what to use instead.
@@ -69,10 +78,24 @@ REFUSED = {
     "interceptor.classes": "Java interceptors cannot run in librdkafka's clients; remove it",
     "partitioner.class": "use the partition column to choose a record's partition, or kafka.partitioner "
                          "(librdkafka's partitioners: consistent_random, murmur2_random, ...)",
-    "sasl.login.callback.handler.class": "set librdkafka's sasl.oauthbearer.method=oidc with "
-                                         "sasl.oauthbearer.client.id, sasl.oauthbearer.client.secret and "
-                                         "sasl.oauthbearer.token.endpoint.url, or kafka.oauth_cb",
 }
+
+# The Java client's OAuth/OIDC login (KIP-768): this handler posts the client's credentials to the
+# token endpoint (client_credentials), as librdkafka's sasl.oauthbearer.method=oidc does.
+OIDC_HANDLERS = frozenset({"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+                           "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler"})
+CLIENT_CREDENTIALS_RETRIEVER = "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever"
+_OTHER_LOGIN = ("set kafka.sasl.login.callback.handler.class to Kafka's OAuthBearerLoginCallbackHandler (an OAuth "
+                "client_credentials login, which eos-kafka runs as librdkafka's sasl.oauthbearer.method=oidc), or "
+                "give a token provider as kafka.oauth_cb")
+# Amazon MSK's IAM login is a Java library; its Python counterpart makes the token for oauth_cb.
+_MSK_IAM = ("Amazon MSK's IAM login (software.amazon.msk.auth.iam) is a Java library: with eos-kafka set "
+            "kafka.sasl.mechanism=OAUTHBEARER and kafka.oauth_cb to the import path (module:function) of a function "
+            "that returns a token of the aws-msk-iam-sasl-signer-python package and its expiry in seconds; "
+            "docs/security.md shows one (OAuth tokens)")
+# Kafka 4.1's names of the client credentials, beside the JAAS options clientId and clientSecret.
+_CREDENTIALS = {"sasl.oauthbearer.client.credentials.client.id": "sasl.oauthbearer.client.id",
+                "sasl.oauthbearer.client.credentials.client.secret": "sasl.oauthbearer.client.secret"}
 
 _TRUSTSTORE = ("ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.type")
 _KEYSTORE = ("ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.type", "ssl.key.password")
@@ -98,8 +121,11 @@ def translated(params: Mapping[str, str]) -> dict[str, str]:
             _fill(out, {native: out.pop(java)}, f"kafka.{java}")
     if out.get("ssl.endpoint.identification.algorithm", None) == "":
         out["ssl.endpoint.identification.algorithm"] = "none"
+    oidc = _oauth_login(out)
     if "sasl.jaas.config" in out:
-        _fill(out, jaas_settings(out.pop("sasl.jaas.config")), "kafka.sasl.jaas.config")
+        _fill(out, jaas_settings(out.pop("sasl.jaas.config"), oidc), "kafka.sasl.jaas.config")
+    if oidc:
+        _check_oidc(out)
     _trust_store(out)
     _key_store(out)
     return out
@@ -144,22 +170,26 @@ def parse_jaas(text: str) -> JaasEntry:
     return JaasEntry(head.group(1), options)
 
 
-def jaas_settings(text: str) -> dict[str, str]:
-    """librdkafka's settings for the login module a ``sasl.jaas.config`` names."""
+def jaas_settings(text: str, oidc: bool = False) -> dict[str, str]:
+    """librdkafka's settings for the login module a ``sasl.jaas.config`` names; ``oidc``: the Java
+    client's OAuth login handler is set (sasl.login.callback.handler.class)."""
     entry = parse_jaas(text)
     if entry.module in (PLAIN_MODULE, SCRAM_MODULE):
         return {"sasl.username": _required(entry, "username"), "sasl.password": _required(entry, "password")}
     if entry.module == OAUTHBEARER_MODULE:
-        return _unsecured_jwt(entry)
+        return _client_credentials(entry) if oidc else _unsecured_jwt(entry)
     if entry.module == KERBEROS_MODULE:
         settings = {"sasl.kerberos.principal": _required(entry, "principal")}
         if entry.options.get("useKeyTab", "false").lower() == "true":
             settings["sasl.kerberos.keytab"] = _required(entry, "keyTab")
         return settings
+    if "msk.auth.iam" in entry.module:
+        raise ConfigurationError(f"option kafka.sasl.jaas.config names login module {entry.module}: {_MSK_IAM}")
     raise ConfigurationError(
         f"option kafka.sasl.jaas.config names login module {entry.module}, which librdkafka cannot run; eos-kafka "
-        f"translates {PLAIN_MODULE}, {SCRAM_MODULE}, {OAUTHBEARER_MODULE} (unsecured JWT) and {KERBEROS_MODULE}: "
-        "use one of them, or librdkafka's sasl.* settings")
+        f"translates {PLAIN_MODULE}, {SCRAM_MODULE}, {OAUTHBEARER_MODULE} (unsecured JWT, or an OAuth login with "
+        f"Kafka's OAuthBearerLoginCallbackHandler) and {KERBEROS_MODULE}: use one of them, or librdkafka's sasl.* "
+        "settings")
 
 
 def _required(entry: JaasEntry, name: str) -> str:
@@ -181,8 +211,8 @@ def _unsecured_jwt(entry: JaasEntry) -> dict[str, str]:
     if principal is None:
         raise ConfigurationError(
             f"option kafka.sasl.jaas.config: {OAUTHBEARER_MODULE} without unsecuredLoginStringClaim_"
-            f"{principal_claim}=\"<principal>\" is not an unsecured JWT login; for an identity provider set "
-            "librdkafka's sasl.oauthbearer.method=oidc and its sasl.oauthbearer.* settings, or kafka.oauth_cb")
+            f"{principal_claim}=\"<principal>\" is not an unsecured JWT login; for an identity provider "
+            + _OTHER_LOGIN)
     fields = [f"principal={principal}"]
     fields += [f"{native}={options[java]}" for java, native in _UNSECURED.items() if java in options]
     scope_claim = options.get("unsecuredLoginScopeClaimName", "scope")
@@ -192,6 +222,53 @@ def _unsecured_jwt(entry: JaasEntry) -> dict[str, str]:
     fields += [f"extension_{k.removeprefix('unsecuredLoginExtension_')}={v}" for k, v in options.items()
                if k.startswith("unsecuredLoginExtension_")]
     return {"sasl.oauthbearer.config": " ".join(fields), "enable.sasl.oauthbearer.unsecure.jwt": "true"}
+
+
+def _oauth_login(params: dict) -> bool:
+    """Take the Java client's OAuth login settings out of ``params``, leaving librdkafka's OIDC
+    ones; whether the login is OAuth's client_credentials (sasl.oauthbearer.method=oidc)."""
+    handler = params.pop("sasl.login.callback.handler.class", None)
+    retriever = params.pop("sasl.oauthbearer.jwt.retriever.class", None)
+    if handler is None and retriever is None:
+        return False
+    if handler is not None and handler not in OIDC_HANDLERS:
+        raise ConfigurationError(f"option kafka.sasl.login.callback.handler.class={handler} is a Java class "
+                                 f"librdkafka cannot run: {_login_hint(handler)}")
+    if retriever is not None and retriever != CLIENT_CREDENTIALS_RETRIEVER:
+        raise ConfigurationError(f"option kafka.sasl.oauthbearer.jwt.retriever.class={retriever}: eos-kafka runs "
+                                 f"the client_credentials login only ({CLIENT_CREDENTIALS_RETRIEVER}); "
+                                 "or give a token provider as kafka.oauth_cb")
+    for java, native in _CREDENTIALS.items():
+        if java in params:
+            _fill(params, {native: params.pop(java)}, f"kafka.{java}")
+    _fill(params, {"sasl.oauthbearer.method": "oidc"}, "kafka.sasl.login.callback.handler.class")
+    return True
+
+
+def _login_hint(handler: str) -> str:
+    return _MSK_IAM if "msk.auth.iam" in handler else _OTHER_LOGIN
+
+
+def _client_credentials(entry: JaasEntry) -> dict[str, str]:
+    """The JAAS options of Kafka's OAuth client_credentials login as librdkafka's OIDC settings."""
+    options = entry.options
+    settings = {native: options[java] for java, native in (("clientId", "sasl.oauthbearer.client.id"),
+                                                           ("clientSecret", "sasl.oauthbearer.client.secret"),
+                                                           ("scope", "sasl.oauthbearer.scope")) if java in options}
+    extensions = [f"{k.removeprefix('extension_')}={v}" for k, v in options.items() if k.startswith("extension_")]
+    if extensions:
+        settings["sasl.oauthbearer.extensions"] = ",".join(extensions)
+    return settings
+
+
+def _check_oidc(params: dict) -> None:
+    missing = [java for java, native in (("clientId (kafka.sasl.jaas.config)", "sasl.oauthbearer.client.id"),
+                                         ("clientSecret (kafka.sasl.jaas.config)", "sasl.oauthbearer.client.secret"),
+                                         ("kafka.sasl.oauthbearer.token.endpoint.url",
+                                          "sasl.oauthbearer.token.endpoint.url")) if native not in params]
+    if missing:
+        raise ConfigurationError(f"the OAuth login (kafka.sasl.login.callback.handler.class) has no "
+                                 f"{', '.join(missing)}: give each, as the Java client needs them too")
 
 
 # ------------------------------------------------------------------------------------- key stores
