@@ -39,6 +39,8 @@
  *                ANNOUNCE of its task is there. Every other attempt (a retry, a speculative copy)
  *                appends an ANNOUNCE to the control log before its claim, and reads the claims log
  *                from its plan's start to its claim. Progress attempts read the claims log always.
+ *   EARLY_STABLE_READ  the stable read (5) sent as soon as the claim is acknowledged, beside the
+ *                claims read and the fences, and sent again after them if the attempt fenced an id
  *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
  *
  * Granularity: each atomic block below is ONE Kafka request (with the local decision taken on
@@ -264,6 +266,12 @@ inline read_control() {
     fi
 }
 
+#ifdef EARLY_STABLE_READ
+#define FENCED_SOME fenced_some = true
+#else
+#define FENCED_SOME skip
+#endif
+
 /* CRASHES: the attempt may die here, for good, leaving whatever it had open. */
 #ifdef CRASHES
 #define CRASH_POINT if :: skip :: atomic { dead[id] = true; goto crashed } fi
@@ -285,6 +293,7 @@ proctype Attempt(byte me; byte id; byte batch; byte qrun) {
     bool claimed;        /* its CLAIM is in the topic and not released */
     byte fence;          /* bit t set: transactional id t is to be fenced before going on */
     bool stale;          /* a CLAIM with a higher epoch was read: this attempt is a zombie */
+    bool fenced_some;    /* EARLY_STABLE_READ: it fenced an id (4b) */
     byte seen;           /* the group's committed offset, as read */
     byte i, j;           /* loop counters of the claims scan (reset after it) */
 
@@ -389,6 +398,15 @@ claim:
     :: goto failed
     fi;
     CRASH_POINT;
+#if defined(MUTANT_EARLY_STABLE_READ) || defined(EARLY_STABLE_READ)
+    /* Step 5, the stable read, sent as soon as the claim is acknowledged, beside the claims read (4)
+     * and the fences (4b); its answer is used (6) once those are done. MUTANT: always;
+     * EARLY_STABLE_READ: read again after the fences when it fenced an id. */
+    if
+    :: atomic { NO_PENDING -> seen = C; printf("A%d: stable read (beside the claims read): C = %d\n", me, seen) }
+    :: goto failed
+    fi;
+#endif
 
 #ifdef SPLIT_LOG
     /* 4a. The first attempt of its plan reads the control log from its plan record to its end, as
@@ -457,10 +475,10 @@ claims_scan:
 #endif
     do
     :: fence == 0 -> break
-    :: atomic { fence & 2  -> init_id(1); fence = fence ^ 2;  printf("A%d: fenced t1 -> epoch %d\n", me, pe[1]) }
-    :: atomic { fence & 4  -> init_id(2); fence = fence ^ 4;  printf("A%d: fenced t2 -> epoch %d\n", me, pe[2]) }
-    :: atomic { fence & 8  -> init_id(3); fence = fence ^ 8;  printf("A%d: fenced t3 -> epoch %d\n", me, pe[3]) }
-    :: atomic { fence & 16 -> init_id(4); fence = fence ^ 16; printf("A%d: fenced t4 -> epoch %d\n", me, pe[4]) }
+    :: atomic { fence & 2  -> init_id(1); fence = fence ^ 2; FENCED_SOME;  printf("A%d: fenced t1 -> epoch %d\n", me, pe[1]) }
+    :: atomic { fence & 4  -> init_id(2); fence = fence ^ 4; FENCED_SOME;  printf("A%d: fenced t2 -> epoch %d\n", me, pe[2]) }
+    :: atomic { fence & 8  -> init_id(3); fence = fence ^ 8; FENCED_SOME;  printf("A%d: fenced t3 -> epoch %d\n", me, pe[3]) }
+    :: atomic { fence & 16 -> init_id(4); fence = fence ^ 16; FENCED_SOME; printf("A%d: fenced t4 -> epoch %d\n", me, pe[4]) }
     :: fence != 0 -> fence = 0; goto failed
     od;
 #ifdef SPLIT_LOG
@@ -478,6 +496,13 @@ after_claims:
 
     /* 5. Stable read of the group's committed offset: waits while an open transaction holds a
      * pending offset for the partition (its own cannot: it sends offsets later). */
+#if defined(EARLY_STABLE_READ)
+    if
+    :: !fenced_some -> goto decide
+    :: else -> fenced_some = false
+    fi;
+#endif
+#ifndef MUTANT_EARLY_STABLE_READ
     if
 #ifdef MUTANT_UNSTABLE_READ
     :: atomic { seen = C; printf("A%d: read (not stable): C = %d\n", me, seen) }   /* MUTANT: no waiting */
@@ -487,7 +512,9 @@ after_claims:
     :: goto failed       /* stableOffsetsTimeoutMs, or the task killed while it backs off */
     fi;
     CRASH_POINT;
+#endif
 
+decide:
     /* 6. The replay check. C == e: another attempt (or run) committed this batch: abort, succeed
      * without writing. C == s: go on. Anything else is a gap or an overlap: fail. */
     if
