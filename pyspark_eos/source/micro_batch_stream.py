@@ -15,6 +15,7 @@ restarted after a committed batch tells the new process nothing before its first
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -41,7 +42,7 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._available_now_end: Offsets | None = None
         self._completed: Offsets | None = None
         self._initial: Offsets | None = None
-        self._last_trigger_ms = 0.0  # a query's first trigger never waits (as the connector's)
+        self._last_trigger_ms: float | None = None  # a query's first trigger never waits (as the connector's)
 
     @property
     def options(self) -> SourceOptions:
@@ -89,9 +90,11 @@ class KafkaMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow)
         minimum = self.options.min_offsets_per_trigger
         if minimum is None or self._available_now_end is not None:
             return False
-        now_ms = time.time() * 1000
+        # The monotonic clock: a step of the wall clock neither holds a batch back nor lets one through.
+        now_ms = time.monotonic() * 1000
+        since_last_ms = math.inf if self._last_trigger_ms is None else now_ms - self._last_trigger_ms
         available = sum(max(0, end - begin[tp]) for tp, end in self._latest.items() if tp in begin)
-        if delay_batch(available, minimum, now_ms - self._last_trigger_ms, self.options.max_trigger_delay_ms):
+        if delay_batch(available, minimum, since_last_ms, self.options.max_trigger_delay_ms):
             return True
         self._last_trigger_ms = now_ms
         return False
