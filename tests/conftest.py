@@ -39,8 +39,9 @@ _SESSION_ORDER = ("spark", "spark_cluster", "spark_fast_loss", "speculative_spar
 _RUN_LAST = ("spark_local_cluster", "cluster3", "spark_standalone")
 # Under pytest-xdist (make test runs several processes with --dist loadgroup) a group runs in one
 # process: the tests on executor JVMs share their sessions there, and one three-node cluster serves
-# the broker-failure tests; the benchmarks' smoke runs its scenarios once, for all its tests.
-_GROUP_ORDER = ("executors", "cluster3", "benchmarks", None)
+# the broker-failure tests; the benchmarks' smoke runs its scenarios once, for all its tests, and
+# the models' check (every configuration of docs/model/*.pml) runs once for all of test_model's.
+_GROUP_ORDER = ("executors", "cluster3", "benchmarks", "model", None)
 # Then the modules whose tests start Spark applications or environments of their own (a minute
 # each), so that the short tests fill the processes' time at the end.
 _SLOW_MODULES = ("test_docs", "test_distribution", "test_older_pyspark", "test_example_pipeline", "test_driver_kills",
@@ -68,8 +69,11 @@ def _xdist_group(item) -> str | None:
         return "executors"
     if item.get_closest_marker("cluster3"):
         return "cluster3"
-    if item.module.__name__.rsplit(".", 1)[-1] == "test_benchmarks":
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    if module == "test_benchmarks":
         return "benchmarks"
+    if module == "test_model":
+        return "model"
     return None
 
 
