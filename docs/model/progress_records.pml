@@ -340,7 +340,12 @@ fence_next:
         :: else -> skip
         fi;
         htok = tok[L(ns, t)]; hafter = (pend[L(ns, t)] -> NONE : after[L(ns, t)]); hmade = made[L(ns, t)];
-        printf("A%d: the lock file of t%d names A%d, initialized after %d\n", me, t, htok, hafter)
+        if
+        :: hafter == NONE && htok == HOLDER_ME -> printf("A%d: the lock file of t%d names H, no producer made\n", me, t)
+        :: hafter == NONE && htok != HOLDER_ME -> printf("A%d: the lock file of t%d names A%d, no producer made\n", me, t, htok)
+        :: hafter != NONE && htok == HOLDER_ME -> printf("A%d: the lock file of t%d names H, initialized after %d\n", me, t, hafter)
+        :: hafter != NONE && htok != HOLDER_ME -> printf("A%d: the lock file of t%d names A%d, initialized after %d\n", me, t, htok, hafter)
+        fi
     }
     if
 #ifndef MUTANT_NO_HOLDER_CHECK
