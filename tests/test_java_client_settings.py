@@ -97,7 +97,7 @@ class TokenEndpoint:
                     self.send_response(401)
                     self.end_headers()
                     return
-                token, expiry = unsecured_token(f"sub={USER} lifetime=3600")
+                token, _ = unsecured_token(f"sub={USER} lifetime=3600")
                 body = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 3600}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -368,6 +368,7 @@ def test_group_commit_offsets_to_commit_commits_a_completed_end_of_an_owned_part
     assert offsets_to_commit({("in", 0): 7}, {("in", 0): 9}, owned) == {}
     assert offsets_to_commit({("in", 0): 7}, {("in", 0): 7}, owned) == {}  # a narrow pipeline's task committed it
     assert offsets_to_commit({("in", 2): 7}, {}, owned) == {}  # another member's partition
+    assert offsets_to_commit({("in", 0): 7}, None, owned) == {}  # the group's offsets not known now
 
 
 def test_group_commit_its_metadata_names_the_generation_and_no_batch():

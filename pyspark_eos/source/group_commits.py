@@ -29,10 +29,13 @@ from ..protocol.offset_range import TopicPartitionKey
 STABLE_COMMIT_READ_S = 5.0
 
 
-def offsets_to_commit(ends: dict[TopicPartitionKey, int], committed: dict[TopicPartitionKey, int],
+def offsets_to_commit(ends: dict[TopicPartitionKey, int], committed: dict[TopicPartitionKey, int] | None,
                       assigned: frozenset) -> dict[TopicPartitionKey, int]:
     """The completed ends to commit (the model's step offsets_to_commit): those of partitions this
-    member owns whose committed offset (absent: never committed) is behind; never backward."""
+    member owns whose committed offset (absent: never committed) is behind; never backward. None
+    (the group's offsets not known now): nothing, and the next completed batch's ends follow."""
+    if committed is None:
+        return {}
     return {key: end for key, end in ends.items() if key in assigned and committed.get(key, -1) < end}
 
 

@@ -117,8 +117,7 @@ class SourcePlanner:
         if stamp is None:
             return
         group = self.options.group_id
-        committed = self.kafka.committed_answer(group, list(ends))
-        wanted = offsets_to_commit(ends, committed, stamp.assignment) if committed is not None else {}
+        wanted = offsets_to_commit(ends, self.kafka.committed_answer(group, list(ends)), stamp.assignment)
         if wanted:
             # A narrow pipeline's tasks commit these ends in their transactions, whose markers reach
             # the group after EndTxn was answered. A plain commit sent before a marker is appended
@@ -127,8 +126,8 @@ class SourcePlanner:
             # group's offset back under a batch whose output is visible (docs/model/group_commit.pml).
             # The stable read waits for the marker, and finds the end committed.
             committed = self.kafka.committed_stable_answer(group, list(wanted), STABLE_COMMIT_READ_S)
-            wanted = offsets_to_commit(wanted, committed, stamp.assignment) if committed is not None else {}
-        if wanted:  # not known now: the next completed batch's ends are committed instead
+            wanted = offsets_to_commit(wanted, committed, stamp.assignment)
+        if wanted:
             self._membership.commit(wanted, commit_metadata(stamp))
 
     def leave_group_once_committed(self, partitions: list[KafkaInputPartition]) -> None:
