@@ -241,9 +241,11 @@ def _writer(ground: Ground, frame, fmt: str, output: str, options: dict):
             .option("checkpointLocation", str(ground.work / unique("checkpoint"))).options(**_set(options)))
 
 
-def python_stream_copy(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int) -> Run:
+def python_stream_copy(ground: Ground, source: str, partitions: int, records: int, batch: int, size: int,
+                       tasks: int | None = None, name: str = "python-stream") -> Run:
     """Spark's part of a Python pipeline: python_stream's source and sink, the same records in the
-    same micro-batches and read tasks as eos-kafka's copy (one per core), no Kafka (``source`` unused).
+    same micro-batches and read tasks as eos-kafka's copy (one per core, or ``tasks``), no Kafka
+    (``source`` unused).
     Its schema is given, as the eos-kafka copy's is (COPY_SCHEMA): without one Spark makes the
     source's Python instance in load(), before the query's clock starts; with one, at the query's
     start (PythonDataSourceV2.getOrCreateDataSourceInPython), and each contender pays that there."""
@@ -251,9 +253,9 @@ def python_stream_copy(ground: Ground, source: str, partitions: int, records: in
     counts = ground.work / unique("null-stream-counts")
     frame = (ground.spark.readStream.format(NullStream.name()).schema(NULL_STREAM_SCHEMA)
              .option("records", records).option("size", size)
-             .option("tasks", ground.spark.sparkContext.defaultParallelism).option("maxOffsetsPerTrigger", batch)
-             .load())
-    return _run_stream(ground, "python-stream", frame, NullStream.name(), {"counts": str(counts)}, partitions,
+             .option("tasks", tasks or ground.spark.sparkContext.defaultParallelism)
+             .option("maxOffsetsPerTrigger", batch).load())
+    return _run_stream(ground, name, frame, NullStream.name(), {"counts": str(counts)}, partitions,
                        records, written=lambda *_: counted(counts))
 
 

@@ -59,8 +59,9 @@ class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         low, high = start["offset"], end["offset"]
-        step = -(-(high - low) // self.tasks)
-        return [InputPartition((first, min(high, first + step))) for first in range(low, high, step)]
+        count = min(self.tasks, high - low)  # as many tasks as asked, with the records balanced over them
+        bounds = [low + (high - low) * index // count for index in range(count + 1)] if count > 0 else []
+        return [InputPartition(pair) for pair in zip(bounds, bounds[1:])]
 
     def read(self, partition):
         """The partition's records in batches of up to BATCH: slices of one batch built once."""

@@ -22,12 +22,15 @@ from __future__ import annotations
 import csv
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -286,6 +289,20 @@ def _decimal(value: float | None) -> str:
 
 
 # ---------------------------------------------------------------------------- result files
+
+@contextmanager
+def standalone_cluster(name: str, **cluster_settings):
+    """What a standalone measurement runs on: logging to the console, the suite's JVM archives, and
+    an embedded cluster in a directory of its own (``cluster_settings``: EmbeddedKafkaCluster's)."""
+    from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
+    from tests.class_archives import use_suite_jvms
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    use_suite_jvms()
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as directory, \
+            EmbeddedKafkaCluster(directory=directory, **cluster_settings) as cluster:
+        yield cluster
+
 
 def append_measurement(path: Path, **fields) -> None:
     """One line of a standalone measurement's results file: its date, the machine, ``fields``."""

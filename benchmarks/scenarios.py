@@ -133,6 +133,7 @@ def alone(ground: Ground, scale: Scale, options: Options) -> list[dict]:
 # --------------------------------------------------------------------------------- scaling
 
 SCALING_BATCHES = 4
+SCALING_RECORD_BYTES = 100
 
 
 # Spark's connector's idempotent producer, answered NOT_LEADER_OR_FOLLOWER by a partition of the
@@ -152,13 +153,24 @@ def _task_per_partition(ground: Ground, source: str, partitions: int, records: i
                                      source_options={"minRecordsPerPartition": "1"})
 
 
+# python-stream with as many read tasks as partitions: what Spark charges any Python source and
+# sink for that many tasks a batch, with no Kafka and no protocol.
+PYTHON_TASK_PER_PARTITION = PYTHON_STREAM + " task per partition"
+
+
+def _python_task_per_partition(ground: Ground, source: str, partitions: int, records: int, batch: int) -> Run:
+    return contenders.python_stream_copy(ground, source, partitions, records, batch, SCALING_RECORD_BYTES,
+                                         tasks=partitions, name=PYTHON_TASK_PER_PARTITION)
+
+
 def scaling(ground: Ground, scale: Scale, options: Options) -> list[dict]:
     rows = []
     for partitions in scale.scaling_partitions:
-        source = prepared_input(ground, scale.scaling_records, 100, partitions)
+        source = prepared_input(ground, scale.scaling_records, SCALING_RECORD_BYTES, partitions)
         batch = max(scale.scaling_records // SCALING_BATCHES, partitions)
         for name, copy_run, settings in ((EOS, contenders.eos_kafka_copy, ()),
                                          (TASK_PER_PARTITION, _task_per_partition, ()),
+                                         (PYTHON_TASK_PER_PARTITION, _python_task_per_partition, ()),
                                          (SPARK, contenders.spark_kafka_copy, (SCALING_SPARK_SINK,))):
             run = measured(name, copy_run, ground, source, partitions, scale.scaling_records, batch, *settings)
             ids = (contenders.transactional_ids(ground, run.extra["prefix"])

@@ -19,17 +19,14 @@ import argparse
 import logging
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
-from tests.class_archives import use_suite_jvms
 
-from .report import append_measurement
+from .report import append_measurement, standalone_cluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "transaction-gap.jsonl"
 # A cold broker completes its commits slower (its JIT): --warm-up 0 measures that.
@@ -68,12 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gaps", default="0,2,5,10", help="milliseconds after the previous commit, comma-separated")
     parser.add_argument("--warm-up", type=int, default=WARM_UP_TRANSACTIONS, help="transactions before the rounds")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    use_suite_jvms()
     gaps = [float(g) for g in args.gaps.split(",")]
     times: dict[float, list[float]] = {gap: [] for gap in gaps}
-    with tempfile.TemporaryDirectory(prefix="transaction-gap-") as directory, \
-            EmbeddedKafkaCluster(directory=directory) as cluster:
+    with standalone_cluster("transaction-gap") as cluster:
         one = OneProducer(cluster.bootstrap_servers)
         for _ in range(args.warm_up):
             one.transaction(0.005)

@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.kafka import fault_hooks
+from pyspark_eos.kafka.group_offsets import fetch_committed_once, fetch_stable_commits
 from pyspark_eos.protocol.executor_identity import SLOTS_DIRECTORY_ENV
 from pyspark_eos.protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog, append
@@ -119,6 +121,40 @@ DYING_WORKER = textwrap.dedent(
         print(lease.transactional_id, flush=True)
         os._exit(0)
     """)
+
+
+@pytest.mark.parametrize("reread", [True, False], ids=["read-again-after-the-fence", "early-read-kept"])
+def test_a_stable_read_sent_beside_the_claims_read_is_sent_again_after_a_fence(ground, monkeypatch, reread):
+    # The older attempt claimed and found nothing (it runs on), then stalled before sending its
+    # offsets. The newer one claims, and its stable read, sent at once beside its claims read, is
+    # answered before the older one sends its offsets and commits; its fence comes after that commit.
+    # Decided on that early answer, the newer attempt would commit the batch a second time.
+    if not reread:
+        monkeypatch.setattr(attempt_fencing, "early_read_usable", lambda verdict, early: early.settled)
+    source = create_topic(ground.bootstrap, unique_name("in"))
+    task_input = [(source, 0)]
+    plan = ground.plan()
+    older_id = unique_name("older")
+    older = ground.open_transaction(older_id)
+    ground.claim(plan, 5, older_id, partitions=task_input)
+    newer = claim_attempt(ground.clients, [plan], ground.group, task_input, 6, "task 0 (attempt 6)",
+                          unique_name("newer"))
+    admin = AdminClient({"bootstrap.servers": ground.bootstrap})
+    older_committed = threading.Event()
+
+    def read_then_let_the_older_attempt_commit():
+        early = fetch_committed_once(admin, ground.group, task_input)
+        older.send_offsets_to_transaction([TopicPartition(source, 0, 10)], _group_metadata(ground), 30)
+        older.commit_transaction(30)
+        older_committed.set()
+        return early
+
+    fence = attempt_fencing.fence
+    monkeypatch.setattr(attempt_fencing, "fence", lambda *args: (older_committed.wait(60), fence(*args)))
+    early = newer.enforce_reading_beside(read_then_let_the_older_attempt_commit)
+    committed = early.commits if early is not None else fetch_stable_commits(admin, ground.group, task_input, 30_000)
+    # 10: the batch is committed, the newer attempt skips it; no offset: it would write it again.
+    assert (committed[(source, 0)].offset == 10) == reread
 
 
 def test_a_dead_attempts_id_another_task_took_over_is_not_fenced_by_the_retry(ground, tmp_path, monkeypatch):

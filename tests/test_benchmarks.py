@@ -70,7 +70,8 @@ def test_the_scenarios_measured_what_they_report(smoke_run):
     assert {(row["side"], row["contender"]) for row in _rows(smoke_run, "alone")} == {
         (side, name) for side in ("source", "sink") for name in ("eos-kafka", "spark-kafka")}
     ids = {row["contender"]: row["transactional_ids"] for row in _rows(smoke_run, "scaling")}
-    assert ids["eos-kafka"] >= 1 and ids["spark-kafka"] == 0
+    assert set(ids) == {"eos-kafka", "eos-kafka task per partition", "python-stream task per partition", "spark-kafka"}
+    assert ids["eos-kafka"] >= 1 and ids["spark-kafka"] == ids["python-stream task per partition"] == 0
     per_batch = _rows(smoke_run, "per-batch")
     assert {row["contender"] for row in per_batch} == {"eos-kafka", "spark-kafka", PYTHON_STREAM}
     assert all(row["batch_p50_ms"] for row in per_batch)
@@ -142,3 +143,16 @@ def test_the_protocol_load_benchmark_shows_a_first_attempts_reads_flat_in_tasks_
     # Layout 1: a task reads what the batch's earlier tasks and the other pipelines appended.
     assert results[(1, 3, 20)].records_read["p99"] > results[(1, 1, 5)].records_read["p99"] > 1
     assert "| 2 | 3 × 20 |" in protocol_load.table(list(results.values()))
+
+
+def test_the_stable_read_beside_the_claims_read_and_the_partition_spread_benchmarks_run(kafka):
+    # Smokes of two standalone measurements (their docs in benchmarks/README.md): each order and
+    # kind measured, every task timed.
+    from benchmarks import early_stable_read, partition_spread
+
+    early = early_stable_read.rows_of(early_stable_read.measure(kafka.bootstrap_servers, [], [0.0], 3, warm_up=2))
+    assert [row["latency_ms"] for row in early] == [0.0]
+    assert all(early[0][order]["median_ms"] > 0 for order in early_stable_read.ORDERS)
+    spread = partition_spread.rows_of(partition_spread.measure(kafka.bootstrap_servers, [1, 4], 2, warm_up=2))
+    assert {(row["partitions"], row["kind"]) for row in spread} == {(p, k) for p in (1, 4) for k in partition_spread.KINDS}
+    assert all(row["median_ms"] >= row["records_median_ms"] > 0 for row in spread)

@@ -11,7 +11,7 @@ import pytest
 
 from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministicReplayError, OffsetMismatchError,
                                 StaleAttemptError, UnassignedPartitionError)
-from pyspark_eos.kafka.group_offsets import Committed
+from pyspark_eos.kafka.group_offsets import Committed, FetchAttempt
 from pyspark_eos.protocol.claims_log import PlanRecord
 from pyspark_eos.protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from pyspark_eos.protocol.commit_metadata import partition_metadata
@@ -20,8 +20,8 @@ from pyspark_eos.protocol.offset_range import OffsetRange
 from pyspark_eos.sink.commit_decision import (NEVER, CommitDecision, CommitPlan, decide_input_commit,
                                               decide_progress_commit)
 from pyspark_eos.sink.attempt_fencing import first_attempt_of_plan
-from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, holder_fenced, initialized_since,
-                                             needs_claims_read, taken_over_since)
+from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, early_read_usable, holder_fenced,
+                                             initialized_since, needs_claims_read, taken_over_since)
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
@@ -228,6 +228,30 @@ def test_step4a_announcements_of_other_inputs_groups_instances_or_its_own_copy_d
 
 def test_step4a_an_attempt_that_is_not_the_first_of_its_plan_always_reads_the_claims_log():
     assert needs_claims_read(claim(10, 6, "t2", 3), False, [])
+
+
+SETTLED = FetchAttempt({("orders", 0): Committed(40, "")}, [])
+
+
+def test_early_stable_read_a_settled_answer_read_beside_the_claims_decides_when_nothing_is_to_be_fenced():
+    assert early_read_usable(decide_fence(OWN, [OWN]), SETTLED)
+    released = [claim(10, 5, "t-older", 12), claim(10, 5, "t-older", 14, kind=RELEASE), OWN]
+    assert early_read_usable(decide_fence(OWN, released), SETTLED)
+
+
+def test_early_stable_read_is_read_again_once_an_older_attempt_is_to_be_fenced():
+    # The older attempt may send its offsets and commit after the early answer and before the
+    # fence: deciding on that answer would commit the batch a second time.
+    verdict = decide_fence(OWN, [claim(10, 5, "t-older", 12), OWN])
+    assert verdict.outcome is FenceOutcome.FENCE
+    assert not early_read_usable(verdict, SETTLED)
+
+
+def test_early_stable_read_an_unsettled_or_failed_answer_is_read_again():
+    proceed = decide_fence(OWN, [OWN])
+    assert not early_read_usable(proceed, FetchAttempt({}, [("orders", 0)]))  # an open transaction holds it
+    assert not early_read_usable(proceed, FetchAttempt({}, [], "COORDINATOR_LOAD_IN_PROGRESS"))
+    assert not early_read_usable(proceed, None)
 
 
 def test_step4a_only_a_streaming_writes_attempt_number_0_is_the_first_of_its_plan():

@@ -405,7 +405,14 @@ def test_a_workers_admin_client_that_lost_all_its_brokers_is_replaced_and_one_th
     held.close()
 
 
-class _RefusedClaim:
+class _ReadsAgain:
+    """A fake claim whose stable read sent beside its claims read is never decided on."""
+
+    def enforce_reading_beside(self, read):
+        self.enforce()
+
+
+class _RefusedClaim(_ReadsAgain):
     """An attempt's claim whose fence decision refuses it (a newer attempt claimed the input)."""
 
     released = False
@@ -478,7 +485,7 @@ class _Order:
         return lambda *args, **kwargs: self.calls.append(name)
 
 
-class _Claim:
+class _Claim(_ReadsAgain):
     """An appended claim that records what the task does with it; ``refuse``: its decision refuses."""
 
     def __init__(self, order: _Order, refuse: bool = False, appended_at: float = 1000.0):

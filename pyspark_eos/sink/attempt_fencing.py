@@ -18,6 +18,8 @@ send_offsets or commit fails with PRODUCER_FENCED):
 2. An attempt's order is (plan offset, Spark's taskAttemptId). Before its stable read of the
    group's offsets, the attempt appends a *claim* (group, input partitions, order, its
    transactional id) with acks=all and reads the claims from its plan's record up to its own.
+   Its stable read goes out beside that read, and is sent again if the attempt is to fence any
+   id: the fenced attempt may have committed between that answer and the fence.
 3. A claim on any of its partitions with a newer order: this attempt is stale; it aborts and
    fails with StaleAttemptError. A claim with an older order under another transactional id and
    no release: that attempt may still commit, so this one fences its id first (the
@@ -69,20 +71,23 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 from confluent_kafka import KafkaException
 
 from ..errors import ConfigurationError, StaleAttemptError
+from ..kafka.at_once import all_at_once
 from ..kafka.clients import init_transactional_producer
 from ..kafka.fault_hooks import ANNOUNCEMENTS_OFF, ATTEMPT_FENCING_OFF, RELEASES_OFF, switched_off
+from ..kafka.group_offsets import FetchAttempt
 from ..kafka.held_clients import Held
 from ..protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, claims_partition
 from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_record, read_claims, read_to_end
 from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
-from .fence_decision import FenceOutcome, decide_fence, holder_fenced, needs_claims_read
+from .fence_decision import (FenceOutcome, FenceVerdict, decide_fence, early_read_usable, holder_fenced,
+                             needs_claims_read)
 from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
@@ -147,7 +152,7 @@ class AttemptClaim:
             append(self.clients.producer(), self.topic, self.claim.group, self.claim.to_json(), self.claims_partition)
             self.appended = now
 
-    def enforce(self) -> None:
+    def enforce(self) -> FenceVerdict:
         """Read the claims up to this one and act on the fence decision (fence_decision)."""
         own = self.claim
         verdict = decide_fence(own, self._records())
@@ -169,6 +174,15 @@ class AttemptClaim:
                              own.task, own.order, zombie.task, zombie.order, zombie.transactional_id)
                     continue
                 fence(self.clients, zombie, own)
+        return verdict
+
+    def enforce_reading_beside(self, read: Callable[[], FetchAttempt | None]) -> FetchAttempt | None:
+        """``enforce``, with ``read`` (one stable read of the group's offsets) sent at once beside it,
+        as soon as the claim is acknowledged (the model's EARLY_STABLE_READ): the attempt's time loses
+        the read's round trips. Its answer when ``early_read_usable`` allows deciding on it; None when
+        the attempt must read again, after the fences."""
+        early, verdict = all_at_once([read, self.enforce])
+        return early if early_read_usable(verdict, early) else None
 
     def _records(self) -> list["Claim | GroupStamp"]:
         """What the fence decision is taken on: the claims from the plans' start to this claim, and

@@ -5,7 +5,9 @@ In the model (docs/model/, step 4): scan the claims of its run from the plan's r
 claim; a newer claim makes it ``stale`` (refuse), each older unreleased claim under another
 transactional id goes into ``fence``. In layout 2 (SPLIT_LOG, step 4a) the first attempt of a
 plan reads its pipeline's control log instead, and scans the claims only if another attempt of its
-task announced itself there (``needs_claims_read``).
+task announced itself there (``needs_claims_read``). An attempt that claims after its records
+sends its stable read of the group's offsets beside that read, and decides on it only as
+``early_read_usable`` allows.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
 
+from ..kafka.group_offsets import FetchAttempt
 from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, Claim
 from ..protocol.group_stamp import GroupStamp
 from .transactional_id_factory import SlotHolder
@@ -126,3 +129,14 @@ def taken_over_since(zombie: Claim, own: Claim, holder: str | None) -> bool:
     input offsets claims after producing). An empty holder (a slot being taken) proves nothing."""
     return bool(zombie.holder and zombie.slots and zombie.slots == own.slots and holder
                 and holder != zombie.holder)
+
+
+def early_read_usable(verdict: FenceVerdict, early: FetchAttempt | None) -> bool:
+    """The step EARLY_STABLE_READ of docs/model/attempt_fencing.pml: whether the stable read this
+    attempt sent as soon as its claim was acknowledged, beside its claims read, may decide its
+    commit (step 6). Not once the claims named an older attempt to fence, even one its id's holder
+    fenced already: that attempt may have sent its offsets and committed after the read was answered
+    and before the fence (mutant:early-read-kept-after-fence, both commit); the attempt reads again
+    then. Nor an answer an open transaction or a coordinator not ready left unsettled: the full
+    read backs off on those."""
+    return not verdict.to_fence and early is not None and early.settled

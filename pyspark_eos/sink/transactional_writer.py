@@ -1,8 +1,9 @@
 """Executor side of the sink: one Kafka transaction per Spark task, as one sequence (the model's
 steps, docs/model/): begin (1) -> produce the task's records (2) -> collect the task's input from
 the hand-over -> claim it for this attempt, fencing older attempts or refusing as a stale one (3,
-4) -> read what the group has committed, stably (5) -> decide commit or replay (6) -> send the
-offsets into the transaction (7) -> commit (8) -> release the claim. A task that commits its own
+4) -> read what the group has committed, stably (5: sent beside the claims read, and again after
+any fence) -> decide commit or replay (6) -> send the offsets into the transaction (7) -> commit
+(8) -> release the claim. A task that commits its own
 progress claims (3, 4) before its first record instead, and delivers that record at once (the
 model's CLAIM_FIRST): its transaction never opens without a claim a later run can find.
 
@@ -23,10 +24,11 @@ from typing import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
-from ..errors import TransactionFailedError
+from ..errors import EosKafkaError, TransactionFailedError
 from ..kafka import fault_hooks as faults
 from ..kafka.deadline import DeadlineExceeded, call_with_deadline
-from ..kafka.group_offsets import fetch_stable_commits
+from ..kafka.group_offsets import (STABLE_READ_REQUEST_TIMEOUT_S, FetchAttempt, fetch_committed_once,
+                                   fetch_stable_commits)
 from ..kafka.held_clients import Held
 from ..kafka.options import ClientSettings
 from ..kafka.worker_gc import freeze_long_lived_objects
@@ -168,21 +170,28 @@ class _WriteTask:
                 "(a stalled worker or a slow broker): a later run of the query could miss the claim, so this attempt "
                 "aborts its transaction; Spark retries the task where it gives tasks retries")
 
-    def _claim(self, committing: InputOffsets | TaskProgress) -> None:
+    def _claim(self, committing: InputOffsets | TaskProgress, read_beside: bool = False) -> FetchAttempt | None:
+        """Claim and enforce (a refused attempt releases its claim too: it is the task's before this).
+        ``read_beside``: send the stable read at once beside the claims read, and return its answer
+        where the fence decision lets the commit be decided on it."""
         self.claimed = True
         self.claim = committing.claim(self.held, self.worker)
-        if self.claim is not None:
-            self.claim.enforce()  # a refused attempt releases its claim too (it is the task's before this)
+        if self.claim is None:
+            return None
+        if read_beside:
+            return self.claim.enforce_reading_beside(partial(_read_once, self.held, committing))
+        self.claim.enforce()
+        return None
 
     def _commit(self, provenance: list, count: int) -> TaskOutcome:
         committing = self.committing = self.target.prepared(provenance, count)
         if committing is None:
             return self._commit_records_only(count)
-        if not self.claimed:
-            self._claim(committing)
+        early = self._claim(committing, read_beside=True) if not self.claimed else None
         committing = self.committing = committing.under(self.claim)
-        committed = fetch_stable_commits(admin_for(self.held), committing.group_id, committing.partitions,
-                                         self.stable_offsets_timeout_ms, renew=partial(admin_for, self.held, renew=True))
+        committed = early.commits if early is not None else fetch_stable_commits(
+            admin_for(self.held), committing.group_id, committing.partitions, self.stable_offsets_timeout_ms,
+            renew=partial(admin_for, self.held, renew=True))
         faults.stall_point(faults.STALL_AFTER_STABLE_READ)
         self.steps.ended("offsets")
         if committing.decide(committed) is CommitDecision.SKIP:
@@ -262,6 +271,17 @@ class _WriteTask:
         log.info("%s: %s %d record(s) with %s%s %s", message.task, outcome.value, count, self.worker.transactional_id,
                  f", {committed}" if committed else "", self.steps)
         return message
+
+
+def _read_once(held: Held, committing: InputOffsets | TaskProgress) -> FetchAttempt | None:
+    """One stable read of what the group committed for the task's input, sent beside its claims
+    read; None when it failed (the read after the fences backs off and says what failed)."""
+    try:
+        return fetch_committed_once(admin_for(held), committing.group_id, committing.partitions,
+                                    STABLE_READ_REQUEST_TIMEOUT_S)
+    except (EosKafkaError, KafkaException) as error:
+        log.debug("the stable read beside the claims read failed (%s); reading again after them", error)
+        return None
 
 
 def _unmasked(error: Exception) -> Exception:
