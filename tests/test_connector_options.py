@@ -5,6 +5,7 @@ fetchOffset.*), with their parsing and decisions checked without a broker too.""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -170,13 +171,19 @@ def test_a_batch_write_without_a_mode_is_spark_s_refusal_and_append_writes_as_th
 def test_a_keyed_record_goes_to_the_partition_spark_s_connector_chooses(spark, kafka):
     # The Java producer's murmur2 of the key: a pipeline switched over keeps each key's partition.
     frame = spark.createDataFrame([(f"key-{n}", f"v{n}") for n in range(40)], "key string, value string")
+    placed = _placed_by_each_format(spark, kafka, frame)
+    assert placed["eos-kafka"] == placed["kafka"] and len({p for _, p in placed["kafka"]}) > 1
+
+
+def _placed_by_each_format(spark, kafka, frame) -> dict[str, set]:
+    """(key, partition) of each record ``frame`` writes through each format, into a topic of 4."""
     placed = {}
     for fmt in FORMATS:
-        topic = create_topic(kafka.bootstrap_servers, unique_name(f"{fmt}-keyed"), partitions=4)
+        topic = create_topic(kafka.bootstrap_servers, unique_name(f"{fmt}-placed"), partitions=4)
         frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
             "topic", topic).save()
         placed[fmt] = {(r.key, r.partition) for r in read_committed(kafka.bootstrap_servers, topic, partitions=4)}
-    assert placed["eos-kafka"] == placed["kafka"] and len({p for _, p in placed["kafka"]}) > 1
+    return placed
 
 
 # -------------------------------------------------- cases of Spark's connector suites, both formats
@@ -212,7 +219,12 @@ def test_offsets_by_timestamp_select_the_same_rows(spark, kafka):
              {"endingOffsetsByTimestamp": by_timestamp(stamps[2])},
              {"startingTimestamp": str(stamps[1]), "endingTimestamp": str(stamps[2])},
              {"startingOffsets": json.dumps({topic: {"0": -2, "1": -2, "2": 3}}),
-              "endingOffsetsByTimestamp": by_timestamp(stamps[2])}]
+              "endingOffsetsByTimestamp": by_timestamp(stamps[2])},
+             # an end no record reaches reads to the latest offsets; a start by timestamp, an end by offset
+             {"startingOffsetsByTimestamp": by_timestamp(stamps[1]), "endingOffsetsByTimestamp": by_timestamp(
+                 stamps[2] + 500_000)},
+             {"startingOffsetsByTimestamp": by_timestamp(stamps[0]),
+              "endingOffsets": json.dumps({topic: {"0": 5, "1": -1, "2": 8}})}]
     for options in cases:
         rows = {fmt: sorted(int(r.value) for r in _read(spark, kafka, fmt, topic, **options).collect())
                 for fmt in FORMATS}
@@ -221,7 +233,7 @@ def test_offsets_by_timestamp_select_the_same_rows(spark, kafka):
 
 @pytest.mark.parametrize("columns, topic_option", [
     ("key string, other string", True), ("key string, value int", True), ("value string, topic int", False),
-    ("value string, partition string", True), ("value string, key int", True)])
+    ("value string, partition string", True), ("value string, key int", True), ("value string", False)])
 def test_a_sink_input_the_connector_refuses_is_refused(spark, kafka, columns, topic_option):
     # KafkaSinkSuite "batch - write to kafka" schema errors: a missing value, a column's wrong type.
     topic = create_topic(kafka.bootstrap_servers, unique_name("refused"))
@@ -273,3 +285,74 @@ def test_explicit_offsets_and_headers_read_the_same(spark, kafka):
     assert rows["eos-kafka"] == rows["kafka"] and len(rows["kafka"]) == 21
     types = {fmt: _read(spark, kafka, fmt, topic, **options).schema["headers"].dataType.simpleString() for fmt in FORMATS}
     assert types["eos-kafka"] == types["kafka"], types
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "ignore"])
+def test_a_save_mode_the_connector_refuses_is_refused_and_writes_nothing(spark, kafka, mode):
+    # KafkaSinkSuite "batch - unsupported save modes": a Kafka topic is only appended to.
+    topic = create_topic(kafka.bootstrap_servers, unique_name(f"mode-{mode}"))
+    frame = spark.createDataFrame([("v",)], "value string")
+    for fmt in FORMATS:
+        with pytest.raises(Exception, match=r"(?i)overwrite|ignore|save mode"):
+            frame.write.format(fmt).mode(mode).option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+                "topic", topic).save()
+    assert read_committed(kafka.bootstrap_servers, topic, timeout=5) == []
+
+
+def test_a_null_topic_without_the_topic_option_is_refused_and_writes_nothing(spark, kafka):
+    # KafkaSinkSuite "batch - null topic field value, and no topic option".
+    topic = create_topic(kafka.bootstrap_servers, unique_name("null-topic"))
+    frame = spark.createDataFrame([("a", topic), ("b", None)], "value string, topic string").coalesce(1)
+    for fmt in FORMATS:
+        with pytest.raises(Exception, match=r"(?i)null.{0,2}topic|topic.*null|NULL_TOPIC"):
+            frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers).save()
+    # The connector wrote the row before the null one (at least once); eos-kafka's transaction aborted.
+    assert [r.value for r in read_committed(kafka.bootstrap_servers, topic, timeout=5)] in ([], [b"a"])
+
+
+def test_a_null_partition_is_ignored_and_the_key_chooses_as_in_the_connector(spark, kafka):
+    # KafkaSinkSuite "batch - partition column and partitioner priorities": a null partition value.
+    frame = spark.createDataFrame([(f"key-{n}", f"v{n}", None if n % 3 else 1) for n in range(30)],
+                                  "key string, value string, partition int")
+    placed = _placed_by_each_format(spark, kafka, frame)
+    assert placed["eos-kafka"] == placed["kafka"] and len(placed["kafka"]) == 30
+    assert len({p for _, p in placed["kafka"]}) > 2  # the null ones spread by their keys
+
+
+def test_null_keys_and_values_are_written_and_read_as_the_connector_does(spark, kafka):
+    # KafkaMicroBatchSourceSuite "SPARK-27494: read kafka record containing null key/values", and
+    # the same records written through each sink.
+    frame = spark.createDataFrame([(None, "v1"), ("k2", None), (None, None), ("k4", "v4")], "key string, value string")
+    written = {}
+    for fmt in FORMATS:
+        topic = create_topic(kafka.bootstrap_servers, unique_name(f"{fmt}-nulls"))
+        frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+            "topic", topic).save()
+        written[fmt] = topic
+    expected = sorted([(None, b"v1"), (b"k2", None), (None, None), (b"k4", b"v4")], key=repr)
+    for topic in written.values():
+        assert sorted(((r.key, r.value) for r in read_committed(kafka.bootstrap_servers, topic)), key=repr) == expected
+        rows = {fmt: sorted(((r.key, r.value) for r in _read(spark, kafka, fmt, topic).collect()), key=repr)
+                for fmt in FORMATS}
+        assert rows["eos-kafka"] == rows["kafka"] == [(k and bytearray(k), v and bytearray(v)) for k, v in expected]
+
+
+def test_offsets_in_any_case_of_their_option_name_and_value_read_the_same(spark, kafka, topic):
+    # KafkaMicroBatchSourceSuite "get offsets from case insensitive parameters".
+    for options in ({"startingOffsets": "earLiEst", "endingOffsets": "laTest"},
+                    {"STARTINGOFFSETS": "EARLIEST", "EndingOffsets": json.dumps({topic: {"0": 4, "1": -1}})}):
+        rows = {fmt: sorted(r.value for r in _read(spark, kafka, fmt, topic, **options).collect()) for fmt in FORMATS}
+        assert rows["eos-kafka"] == rows["kafka"] and rows["kafka"], (options, rows)
+
+
+@pytest.mark.parametrize("offsets", [
+    {"startingOffsets": "latest"}, {"endingOffsets": "earliest"},
+    {"startingOffsets": "latest", "endingOffsets": "earliest"}])
+def test_batch_offsets_the_connector_refuses_are_refused_naming_the_option(spark, kafka, topic, offsets):
+    # KafkaRelationSuite "bad batch query options".
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as refused:
+            _read(spark, kafka, fmt, topic, **offsets).collect()
+        # The connector says "starting offset can't be latest ...", eos-kafka names startingOffsets.
+        named = [re.search(rf"(?i){name[:-7]}.?offset", str(refused.value)) for name in offsets]
+        assert any(named), (fmt, str(refused.value)[:2000])
