@@ -4,20 +4,16 @@ rows. The Java client reads its JKS and PKCS#12 stores and JAAS login itself; eo
 them for librdkafka (kafka/java_settings.py)."""
 from __future__ import annotations
 
-import base64
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs
-
 import pytest
 
+from pyspark_eos.errors import KafkaClientError
+from pyspark_eos.kafka.cluster import reachable_admin
 from pyspark_eos.kafka.java_settings import OAUTHBEARER_MODULE, PLAIN_MODULE, SCRAM_MODULE
 from pyspark_eos.testing.certificates import make_java_stores
+from pyspark_eos.testing.identity_provider import ALLOWED_URLS_PROPERTY, CLIENT_ID, CLIENT_SECRET, SCOPE, TokenEndpoint
 from pyspark_eos.testing.secure_listeners import SASL_USERS, scram_credentials
 
 from .kafka_tools import create_topic, read_committed, unique_name, write_transactions
-from .oauth_tokens import unsecured_token
 from .test_secure_clusters import secure  # noqa: F401  (the module's fixture)
 
 USER, PASSWORD = next(iter(SASL_USERS.items()))
@@ -76,73 +72,52 @@ def test_a_connector_pipelines_java_security_settings_read_and_write_the_same_ro
 
 
 OIDC_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
-CLIENT_ID, CLIENT_SECRET = "spark-pipeline", "s3cret"
-
-
-class TokenEndpoint:
-    """An identity provider's token endpoint on 127.0.0.1 (OAuth client_credentials): a request
-    with this client's id and secret gets an unsecured JWT for the test kit's SASL user, which the
-    embedded broker's OAUTHBEARER listener takes; every request is recorded."""
-
-    def __init__(self):
-        self.requests: list[tuple[str, dict]] = []
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
-                endpoint.requests.append((self.headers.get("Authorization", ""), form))
-                expected = "Basic " + base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
-                if self.headers.get("Authorization") != expected or form.get("grant_type") != ["client_credentials"]:
-                    self.send_response(401)
-                    self.end_headers()
-                    return
-                token, _ = unsecured_token(f"sub={USER} lifetime=3600")
-                body = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 3600}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/oauth2/token"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
-def token_endpoint():
-    endpoint = TokenEndpoint()
+def token_endpoint(secure, spark):  # noqa: F811
+    """The test kit's identity provider's token endpoint, whose URL Spark's JVM may fetch (Kafka 4.0's
+    Java client fetches only the URLs the system property names)."""
+    endpoint = TokenEndpoint(secure.tls.provider, USER)
+    system = spark.sparkContext._jvm.java.lang.System
+    before = system.getProperty(ALLOWED_URLS_PROPERTY)
+    system.setProperty(ALLOWED_URLS_PROPERTY, ",".join(filter(None, [before, endpoint.url])))
     yield endpoint
+    if before is None:
+        system.clearProperty(ALLOWED_URLS_PROPERTY)
+    else:
+        system.setProperty(ALLOWED_URLS_PROPERTY, before)
     endpoint.close()
 
 
-def test_a_connector_pipelines_oauth_login_through_an_identity_provider_reads_and_writes(
+def test_a_connector_pipelines_oauth_login_through_an_identity_provider_reads_and_writes_the_same_rows(
         secure, java_stores, spark, token_endpoint):  # noqa: F811
     # The Java client's OAuth login (KIP-768), as a pipeline written for Spark's connector sets it:
-    # Kafka's login handler, the token endpoint, the client's credentials in the JAAS entry.
-    # eos-kafka runs it as librdkafka's OIDC login: the endpoint is asked with the same credentials.
-    # (Spark's connector is not run here: Kafka's Java client wants a token with a signature, which
-    # the test kit's listener, taking unsecured tokens, refuses; it needs a listener that verifies
-    # signed tokens against the provider's keys.)
+    # Kafka's login handler, the token endpoint, the client's credentials in the JAAS entry, on a
+    # listener that checks the tokens' signatures against the provider's keys. eos-kafka runs it as
+    # librdkafka's OIDC login: the endpoint is asked with the same credentials.
     topic = create_topic(secure.bootstrap_servers, unique_name("oidc-in"), partitions=2)
     write_transactions(secure.bootstrap_servers, topic, [(True, [(n % 2, f"v{n}".encode()) for n in range(10)])])
-    options = {**connector_options(secure, java_stores, "SASL_SSL", "PKCS12", "OAUTHBEARER"),
+    truststore = java_stores.truststore_pkcs12
+    options = {"kafka.bootstrap.servers": secure.listener("OIDC"), "kafka.security.protocol": "SASL_SSL",
+               "kafka.ssl.truststore.location": str(truststore), "kafka.ssl.truststore.password": java_stores.password,
+               "kafka.ssl.truststore.type": "PKCS12", "kafka.sasl.mechanism": "OAUTHBEARER",
                "kafka.sasl.login.callback.handler.class": OIDC_HANDLER,
                "kafka.sasl.oauthbearer.token.endpoint.url": token_endpoint.url,
                "kafka.sasl.jaas.config": f'{OAUTHBEARER_MODULE} required clientId="{CLIENT_ID}" '
-                                         f'clientSecret="{CLIENT_SECRET}" scope="kafka";'}
+                                         f'clientSecret="{CLIENT_SECRET}" scope="{SCOPE}";'}
     ours = spark.read.format("eos-kafka").options(**options, subscribe=topic).load()
-    assert sorted(r.value for r in ours.collect()) == sorted(f"v{n}".encode() for n in range(10))
-    output = create_topic(secure.bootstrap_servers, unique_name("oidc-out"), partitions=2)
-    ours.select("key", "value").write.format("eos-kafka").mode("append").options(**options, topic=output).save()
-    assert sorted(r.value for r in read_committed(secure.bootstrap_servers, output, partitions=2)) == \
-        sorted(f"v{n}".encode() for n in range(10))
-    assert token_endpoint.requests and all(form.get("scope") == ["kafka"] for _, form in token_endpoint.requests)
+    theirs = spark.read.format("kafka").options(**options, subscribe=topic).load()
+    assert _rows(ours) == _rows(theirs) and len(_rows(ours)) == 10
+    for fmt in ("eos-kafka", "kafka"):
+        output = create_topic(secure.bootstrap_servers, unique_name(f"oidc-out-{fmt}"), partitions=2)
+        ours.select("key", "value").write.format(fmt).mode("append").options(**options, topic=output).save()
+        assert sorted(r.value for r in read_committed(secure.bootstrap_servers, output, partitions=2)) == \
+            sorted(f"v{n}".encode() for n in range(10)), fmt
+    assert token_endpoint.requests and all(form.get("scope") == [SCOPE] for _, form in token_endpoint.requests)
+    # The listener checks the signature: an unsigned token for the same user (librdkafka's own) is refused.
+    unsigned = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(secure.tls.ca), "sasl.mechanism": "OAUTHBEARER",
+                "enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": f"principal={USER}",
+                "log_level": "0"}
+    with pytest.raises(KafkaClientError, match="invalid_token"):
+        reachable_admin(unsigned, secure.listener("OIDC"), 10)

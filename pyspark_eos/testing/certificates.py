@@ -1,6 +1,7 @@
 """Certificates for the embedded cluster's TLS listeners, made on the spot: a CA, the broker's
 certificate for 127.0.0.1, a client certificate for mutual TLS, and the broken ones a client must
-refuse at once (a certificate from another CA, an expired one, one for another host).
+refuse at once (a certificate from another CA, an expired one, one for another host); and the
+OIDC listener's identity provider keys (identity_provider).
 
 Everything is PEM, which both sides read: librdkafka (``ssl.ca.location``,
 ``ssl.certificate.location``, ``ssl.key.location``) and the broker (``ssl.keystore.type=PEM``, a
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EmbeddedKafkaError
+from .identity_provider import ProviderKeys, make_provider_keys
 
 _DAY = datetime.timedelta(days=1)
 
@@ -37,6 +39,7 @@ class TlsFiles:
     other_ca: Path  # a CA that signed nothing here: trusting it alone fails verification
     expired: Identity  # 127.0.0.1, signed by the CA, expired yesterday
     wrong_host: Identity  # broker.example.com only, signed by the CA
+    provider: ProviderKeys  # the OIDC listener's identity provider (identity_provider)
 
 
 def make_tls_files(directory: str | Path) -> TlsFiles:
@@ -62,6 +65,7 @@ def make_tls_files(directory: str | Path) -> TlsFiles:
         other_ca=_write(directory / "other-ca.pem", _pem(other_cert)),
         expired=issue("expired", "127.0.0.1", localhost, now - _DAY),
         wrong_host=issue("wrong-host", "broker.example.com", ["broker.example.com"], now + 365 * _DAY),
+        provider=make_provider_keys(directory),
     )
 
 

@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 from .certificates import TlsFiles, make_tls_files
 from .jvm_options import class_archive_options, extra_jvm_options
 from .maven_jars import KAFKA_VERSION_ENV, OLDEST_KAFKA, kafka_broker
-from .secure_listeners import SECURE_LISTENERS, secure_settings
+from .secure_listeners import SECURE_LISTENERS, broker_jvm_options, secure_settings
 from .tcp_proxy import TcpProxy
 from ..errors import EmbeddedKafkaError
 from .project_files import conf_file
@@ -498,7 +498,9 @@ class EmbeddedKafkaCluster:
 
     def _launch(self, classpath: str, node: NodeSpec) -> None:
         with open(node.log_path, "ab") as log_file:
-            command = self._java(classpath, node) + self.broker_jvm_options + ["kafka.Kafka", str(node.config_path)]
+            secured = broker_jvm_options(self.tls) if self.secure else []
+            command = self._java(classpath, node) + secured + self.broker_jvm_options + ["kafka.Kafka",
+                                                                                          str(node.config_path)]
             start = start_dying_with_parent if self.tie_to_parent else subprocess.Popen
             process = start(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)

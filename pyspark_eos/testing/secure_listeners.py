@@ -6,6 +6,8 @@ keep among themselves): what managed clusters offer, and two that must be refuse
 - ``SASL_SSL``: SASL over TLS: PLAIN (Confluent Cloud), users in ``SASL_USERS``; SCRAM-SHA-256 and
   SCRAM-SHA-512 (Amazon MSK, Aiven), the same users once ``scram_credentials`` has added them; and
   OAUTHBEARER with Kafka's unsecured JWT validator (a token's ``sub`` is its principal; no signature).
+- ``OIDC``: SASL over TLS, OAUTHBEARER only, a token signed by the test kit's identity provider
+  (identity_provider), which Kafka's validator checks against the provider's keys.
 - ``EXPIRED``, ``WRONG_HOST``: TLS whose certificate expired, or names another host.
 """
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from .certificates import TlsFiles
+from .identity_provider import ALLOWED_URLS_PROPERTY, VALIDATOR
 
-SECURE_LISTENERS = ("TLS", "MTLS", "SASL_SSL", "EXPIRED", "WRONG_HOST")
+SECURE_LISTENERS = ("TLS", "MTLS", "SASL_SSL", "EXPIRED", "WRONG_HOST", "OIDC")
 SASL_USERS = {"eos": "eos-secret"}
-_PROTOCOLS = {"TLS": "SSL", "MTLS": "SSL", "SASL_SSL": "SASL_SSL", "EXPIRED": "SSL", "WRONG_HOST": "SSL"}
+_PROTOCOLS = {"TLS": "SSL", "MTLS": "SSL", "SASL_SSL": "SASL_SSL", "EXPIRED": "SSL", "WRONG_HOST": "SSL",
+              "OIDC": "SASL_SSL"}
 
 
 def secure_settings(broker_port: int, controller_port: int, ports: Mapping[str, int], tls: TlsFiles) -> str:
@@ -46,8 +50,19 @@ def secure_settings(broker_port: int, controller_port: int, ports: Mapping[str, 
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        "listener.name.oidc.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.oidc.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        "listener.name.oidc.oauthbearer.sasl.server.callback.handler.class": VALIDATOR,
+        "listener.name.oidc.oauthbearer.sasl.oauthbearer.jwks.endpoint.url": tls.provider.jwks_url,
     }
     return "# secured listeners (secure_listeners.py)\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+def broker_jvm_options(tls: TlsFiles) -> list[str]:
+    """A secured node's JVM options: Kafka 4.0 and later read only the OAuth URLs a system property
+    allows, the OIDC listener's key set among them."""
+    return [f"-D{ALLOWED_URLS_PROPERTY}={tls.provider.jwks_url}"]
 
 
 def client_settings(tls: TlsFiles, listener: str) -> dict[str, str]:
