@@ -14,7 +14,7 @@ from pyspark_eos.errors import ConfigurationError
 from pyspark_eos.source.offset_planning import OffsetLookups, delay_batch, resolve_offsets
 from pyspark_eos.source.options import SourceOptions
 
-from .kafka_tools import create_topic, read_committed, unique_name, wait_until, write_transactions
+from .kafka_tools import create_topic, read_committed, transactional_producer, unique_name, wait_until, write_transactions
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
 FORMATS = ("kafka", "eos-kafka")
@@ -356,3 +356,112 @@ def test_batch_offsets_the_connector_refuses_are_refused_naming_the_option(spark
         # The connector says "starting offset can't be latest ...", eos-kafka names startingOffsets.
         named = [re.search(rf"(?i){name[:-7]}.?offset", str(refused.value)) for name in offsets]
         assert any(named), (fmt, str(refused.value)[:2000])
+
+
+# KafkaMicroBatchSourceSuite's "assign / subscribing topic by name / by pattern from latest,
+# earliest, specific offsets, timestamp" cases: a stream's first start, and its restart from its
+# checkpoint after more records came (one subscription kind a start, each kind used).
+STREAM_STARTS = {  # the subscription, the start, the records a first run reads
+    "earliest-assign": ("assign", lambda topic, stamp: {"startingOffsets": "earliest"}, 18),
+    "latest-subscribe": ("subscribe", lambda topic, stamp: {"startingOffsets": "latest"}, 0),
+    "specific-pattern": ("subscribePattern", lambda topic, stamp: {
+        "startingOffsets": json.dumps({topic: {"0": -2, "1": 2, "2": -1}})}, 6 + 4),
+    "timestamps-assign": ("assign", lambda topic, stamp: {
+        "startingOffsetsByTimestamp": json.dumps({topic: {str(p): stamp for p in range(3)}})}, 9),
+    "timestamp-pattern": ("subscribePattern", lambda topic, stamp: {"startingTimestamp": str(stamp)}, 9),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAM_STARTS))
+def test_a_stream_starts_where_the_connector_starts_and_goes_on_from_its_checkpoint(spark, kafka, tmp_path, case):
+    from confluent_kafka import Producer
+
+    kind, starting, first_run = STREAM_STARTS[case]
+    topic = create_topic(kafka.bootstrap_servers, unique_name("starts"), partitions=3)
+    earlier = int(time.time() * 1000) - 300_000
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for n in range(18):  # a0..a8 at one time, b0..b8 a hundred seconds later, three a partition each
+        producer.produce(topic, value=f"{'ab'[n // 9]}{n % 9}".encode(), partition=n % 3,
+                         timestamp=earlier + 100_000 * (n // 9))
+    assert producer.flush(30) == 0
+    subscription = {"assign": json.dumps({topic: [0, 1, 2]}), "subscribe": topic, "subscribePattern": topic}[kind]
+    options = {kind: subscription, **starting(topic, earlier + 100_000)}
+    runs = {fmt: [_stream_run(spark, kafka, fmt, options, tmp_path / fmt)] for fmt in FORMATS}
+    _write(kafka, topic, range(6))  # v0..v5, after the first runs
+    for fmt in FORMATS:
+        runs[fmt].append(_stream_run(spark, kafka, fmt, options, tmp_path / fmt))
+    assert runs["eos-kafka"] == runs["kafka"], runs
+    assert len(runs["kafka"][0]) == first_run, runs
+    assert runs["kafka"][1] == sorted(f"v{n}".encode() for n in range(6)), runs  # the restart goes on
+
+
+def _stream_run(spark, kafka, fmt: str, options: dict, checkpoint) -> list[bytes]:
+    """The values one Trigger.AvailableNow run of a stream of ``fmt`` reads, from ``checkpoint``."""
+    values: list[bytes] = []
+    query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+             .options(**options).load().writeStream
+             .foreachBatch(lambda frame, _: values.extend(bytes(r.value) for r in frame.select("value").collect()))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None, (fmt, query.exception())
+    return sorted(values)
+
+
+def test_max_offsets_per_trigger_splits_a_backlog_over_partitions_as_the_connector(spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "maxOffsetsPerTrigger": 101, 11 and 1 records in three partitions,
+    # 10 a batch; each batch's records per partition.
+    topic = create_topic(kafka.bootstrap_servers, unique_name("limit"), partitions=3)
+    write_transactions(kafka.bootstrap_servers, topic,
+                       [(True, [(p, f"{p}-{n}".encode()) for n in range(count)]) for p, count in ((0, 101), (1, 11),
+                                                                                                (2, 1))])
+    batches = {}
+    for fmt in FORMATS:
+        split: list[list[int]] = []
+        query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                 .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10")
+                 .load().writeStream.foreachBatch(lambda frame, _: split.append(sorted(
+                     r.partition for r in frame.select("partition").collect())))
+                 .option("checkpointLocation", str(tmp_path / fmt)).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None, (fmt, query.exception())
+        batches[fmt] = [[s.count(p) for p in range(3)] for s in split if s]
+    assert batches["eos-kafka"] == batches["kafka"], batches  # [8, 1, 1], then [8, 1, 0] ... on 4.2's connector
+    assert sum(map(sum, batches["kafka"])) == 113 and batches["kafka"][0] == [8, 1, 1]
+
+
+def test_a_stream_reads_committed_records_only_and_waits_for_an_open_transaction_as_the_connector(
+        spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "read Kafka transactional messages: read_committed", 3 offsets a
+    # batch: a committed, an aborted and a committed transaction, then one left open, read up to it;
+    # once it commits, a restart reads it.
+    topic = create_topic(kafka.bootstrap_servers, unique_name("stream-txn"))
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, f"c{n}".encode()) for n in range(5)]),
+                                                        (False, [(0, f"x{n}".encode()) for n in range(5)]),
+                                                        (True, [(0, f"d{n}".encode()) for n in range(3)])])
+    open_one = transactional_producer(kafka.bootstrap_servers, unique_name("open"))
+    open_one.begin_transaction()
+    for n in range(3):
+        open_one.produce(topic, value=f"o{n}".encode(), partition=0)
+    open_one.flush(30)
+    batches = {fmt: [_stream_batches(spark, kafka, fmt, topic, tmp_path / fmt)] for fmt in FORMATS}
+    open_one.commit_transaction(30)
+    for fmt in FORMATS:
+        batches[fmt].append(_stream_batches(spark, kafka, fmt, topic, tmp_path / fmt))
+    assert batches["eos-kafka"] == batches["kafka"], batches
+    assert [value for run in batches["kafka"] for batch in run for value in batch] == \
+        [f"c{n}".encode() for n in range(5)] + [f"d{n}".encode() for n in range(3)] + [f"o{n}".encode() for n in range(3)]
+
+
+def _stream_batches(spark, kafka, fmt: str, topic: str, checkpoint) -> list[list[bytes]]:
+    """The values of each batch one Trigger.AvailableNow run reads, 3 offsets a batch, read_committed."""
+    batches: list[list[bytes]] = []
+    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3"))
+    if fmt == "kafka":
+        reader = reader.option("kafka.isolation.level", "read_committed")
+    query = (reader.load().writeStream.foreachBatch(lambda frame, _: batches.append(
+        [bytes(r.value) for r in frame.orderBy("offset").select("value").collect()]))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None, (fmt, query.exception())
+    return [batch for batch in batches if batch]
