@@ -465,3 +465,58 @@ def _stream_batches(spark, kafka, fmt: str, topic: str, checkpoint) -> list[list
     query.awaitTermination(120)
     assert not query.isActive and query.exception() is None, (fmt, query.exception())
     return [batch for batch in batches if batch]
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"minPartitions": "a"}, "minPartitions"), ({"minPartitions": "1.0"}, "minPartitions"),
+    ({"minPartitions": "-1"}, "minPartitions"), ({"kafka.value.deserializer": "x"}, "value.deserializer"),
+    ({"kafka.key.deserializer": "x"}, "key.deserializer"), ({"kafka.auto.offset.reset": "none"}, "auto.offset.reset"),
+    ({"kafka.auto.offset.reset": "latest"}, "auto.offset.reset"), ({"kafka.enable.auto.commit": "true"},
+                                                                   "enable.auto.commit")])
+def test_a_source_option_the_connector_refuses_is_refused_naming_it(spark, kafka, topic, options, named):
+    # KafkaMicroBatchSourceSuite "unsupported kafka configs", KafkaRelationSuite "bad batch query
+    # options" (minPartitions). Both refuse; eos-kafka names the option (the connector's number
+    # parsing says 'For input string: "a"').
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as refused:
+            _read(spark, kafka, fmt, topic, **options).collect()
+        assert fmt == "kafka" or named.lower() in str(refused.value).lower(), str(refused.value)[:2000]
+
+
+@pytest.mark.parametrize("option", ["kafka.key.serializer", "kafka.value.serializer"])
+def test_a_sink_serializer_is_refused_naming_it_and_writes_nothing(spark, kafka, option):
+    # KafkaSinkSuite "generic - write data with unsupported kafka configs".
+    topic = create_topic(kafka.bootstrap_servers, unique_name("serializer"))
+    frame = spark.createDataFrame([("v",)], "value string")
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as refused:
+            frame.write.format(fmt).mode("append").option("kafka.bootstrap.servers", kafka.bootstrap_servers).option(
+                "topic", topic).option(option, "x").save()
+        assert option[len("kafka."):] in str(refused.value), (fmt, str(refused.value)[:2000])
+    assert read_committed(kafka.bootstrap_servers, topic, timeout=5) == []
+
+
+def test_a_batch_read_ends_at_the_latest_offsets_when_planned_and_never_reads_an_open_transaction(spark, kafka):
+    # KafkaRelationSuite "explicit earliest to latest offsets" and "read_committed" with a
+    # transaction left open. The connector's DataFrame, collected again, reads what was written
+    # since; Spark plans a Python data source's partitions once per DataFrame, so eos-kafka's reads
+    # to the offsets of its first run, and a DataFrame loaded again reads on (docs/switching.md).
+    topic = _topic_of_ten(kafka)
+
+    def frame(fmt: str):
+        return _read(spark, kafka, fmt, topic, **({"kafka.isolation.level": "read_committed"} if fmt == "kafka" else {}))
+
+    def counts(frames: dict) -> dict[str, int]:
+        return {fmt: f.count() for fmt, f in frames.items()}
+
+    kept = {fmt: frame(fmt) for fmt in FORMATS}
+    assert counts(kept) == {"kafka": 10, "eos-kafka": 10}
+    _write(kafka, topic, range(10, 13))
+    assert counts(kept) == {"kafka": 13, "eos-kafka": 10}
+    left_open = transactional_producer(kafka.bootstrap_servers)
+    left_open.begin_transaction()
+    left_open.produce(topic, value=b"open", partition=0)
+    left_open.flush(30)
+    assert counts({fmt: frame(fmt) for fmt in FORMATS}) == {"kafka": 13, "eos-kafka": 13}
+    left_open.commit_transaction(30)
+    assert counts({fmt: frame(fmt) for fmt in FORMATS}) == {"kafka": 14, "eos-kafka": 14}
