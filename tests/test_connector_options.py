@@ -524,3 +524,49 @@ def test_a_batch_read_ends_at_the_latest_offsets_when_planned_and_never_reads_an
     assert counts({fmt: frame(fmt) for fmt in FORMATS}) == {"kafka": 13, "eos-kafka": 13}
     left_open.commit_transaction(30)
     assert counts({fmt: frame(fmt) for fmt in FORMATS}) == {"kafka": 14, "eos-kafka": 14}
+
+
+def test_a_failed_batch_replayed_after_partitions_were_added_reads_each_record_once_as_the_connector(
+        spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "SPARK-53560: no crash looping during uncommitted batch retry in
+    # AvailableNow": a batch fails in a UDF, the topic gets another partition, the query restarts
+    # from its checkpoint: the planned batch runs again as planned, the new partition after it.
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+
+    failing = tmp_path / "fail"
+
+    def checked(value: bytes) -> bytes:
+        if failing.exists():
+            raise RuntimeError("the batch fails in a UDF")
+        return value
+
+    check = F.udf(checked, "binary")
+    read = {}
+    for fmt in FORMATS:
+        topic = _topic_of_ten(kafka)
+        failing.touch()
+        values: list[bytes] = []
+
+        def run():
+            query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                     .option("subscribe", topic).option("startingOffsets", "earliest").load()
+                     .select(check("value").alias("value")).writeStream
+                     .foreachBatch(lambda frame, _: values.extend(bytes(r.value) for r in frame.collect()))
+                     .option("checkpointLocation", str(tmp_path / fmt)).trigger(availableNow=True).start())
+            try:
+                query.awaitTermination(120)
+            except StreamingQueryException as failed:
+                return failed
+            return query.exception()
+
+        assert run() is not None, fmt
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # kept until its answer
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+        write_transactions(kafka.bootstrap_servers, topic, [(True, [(2, b"new")])])
+        failing.unlink()
+        second = run()
+        assert second is None, (fmt, str(second)[-1500:])
+        read[fmt] = sorted(values)
+    assert read["eos-kafka"] == read["kafka"] == sorted([f"v{n}".encode() for n in range(10)] + [b"new"]), read

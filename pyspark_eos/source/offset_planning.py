@@ -148,14 +148,19 @@ def cap(ends: Offsets, limit: Offsets | None) -> Offsets:
 
 # ------------------------------------------------------------------------------- ranges
 
-def plan_ranges(start: Offsets, end: Offsets, earliest: Offsets, fail_on_data_loss: bool) -> list[OffsetRange]:
+def plan_ranges(start: Offsets, end: Offsets, earliest: Offsets, fail_on_data_loss: bool,
+                existing: frozenset = frozenset()) -> list[OffsetRange]:
     """The non-empty [start, end) ranges of a batch.
 
     A partition in ``end`` but not in ``start`` is new since the previous batch: it is read from
-    its earliest offset. Offsets that Kafka no longer has (retention, a deleted or recreated
-    topic) are data loss: an error when failOnDataLoss is true, otherwise skipped with a warning.
+    its earliest offset. A partition in ``start`` only is not in this batch when it is among
+    ``existing`` (the subscription's partitions now): the batch was planned before it was created,
+    and a restarted query replays its first batch from initial offsets looked up again (Spark keeps
+    none for a Python source), so the next batch reads it as new. Otherwise, and for offsets that
+    Kafka no longer has (retention, a deleted or recreated topic), records are lost: an error when
+    failOnDataLoss is true, otherwise skipped with a warning.
     """
-    _check_vanished(start, end, fail_on_data_loss)
+    _check_vanished({tp: offset for tp, offset in start.items() if tp not in existing}, end, fail_on_data_loss)
     ranges = []
     for tp in sorted(end):
         begin = start.get(tp, earliest.get(tp, 0))

@@ -45,7 +45,9 @@ class SourcePlanner:
 
     def plan(self, start: Offsets, end: Offsets) -> list[KafkaInputPartition]:
         earliest = self.kafka.earliest(list(end))
-        ranges = plan_ranges(start, end, earliest, self.options.fail_on_data_loss)
+        # Asked only for partitions the batch's end lacks: whether they still exist.
+        existing = frozenset(self.kafka.topic_partitions()) if set(start) - set(end) else frozenset()
+        ranges = plan_ranges(start, end, earliest, self.options.fail_on_data_loss, existing)
         group_id = self.options.group_id
         # The plan's record first, then the stamp: a generation newer than the stamp is then
         # recorded after the plan's record, where the plan's tasks look for it (sink/rebalance).
