@@ -570,3 +570,47 @@ def test_a_failed_batch_replayed_after_partitions_were_added_reads_each_record_o
         assert second is None, (fmt, str(second)[-1500:])
         read[fmt] = sorted(values)
     assert read["eos-kafka"] == read["kafka"] == sorted([f"v{n}".encode() for n in range(10)] + [b"new"]), read
+
+
+def test_a_stream_writes_to_the_topic_its_rows_name_and_fails_on_a_topic_that_does_not_exist(spark, kafka, tmp_path):
+    # KafkaSinkSuite "streaming - write to kafka with topic field" and "streaming - write to
+    # non-existing topic" (the broker creates no topic on its own here).
+    source = _topic_of_ten(kafka)
+    # Java-only for eos-kafka (taken with a log line); the connector's producer waits this long for a topic.
+    sink = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "kafka.max.block.ms": "5000"}
+
+    def write(fmt: str, topic: str, checkpoint) -> Exception | None:
+        from pyspark.errors import StreamingQueryException
+
+        query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                 .option("subscribe", source).option("startingOffsets", "earliest")
+                 .option("kafka.isolation.level", "read_committed").load()
+                 .selectExpr("value", f"'{topic}' AS topic").writeStream.format(fmt).options(**sink)
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(120)
+        except StreamingQueryException as failed:
+            return failed
+        return query.exception()
+
+    for fmt in FORMATS:
+        output = create_topic(kafka.bootstrap_servers, unique_name(f"{fmt}-column"), partitions=2)
+        assert write(fmt, output, tmp_path / f"{fmt}-written") is None, fmt
+        assert sorted(r.value for r in read_committed(kafka.bootstrap_servers, output, partitions=2)) == \
+            sorted(f"v{n}".encode() for n in range(10)), fmt
+        assert write(fmt, unique_name("missing"), tmp_path / f"{fmt}-missing") is not None, fmt
+
+
+@pytest.mark.parametrize("option", ["endingOffsets", "endingOffsetsByTimestamp"])
+def test_an_end_given_to_a_stream_is_refused_naming_it(spark, kafka, topic, tmp_path, option):
+    # KafkaMicroBatchSourceSuite "bad source options": a stream has no end (the connector refuses
+    # at load(), eos-kafka when the query plans: docs/switching.md).
+    value = "latest" if option == "endingOffsets" else json.dumps({topic: {"0": 0, "1": 0}})
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as refused:
+            query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                     .option("subscribe", topic).option(option, value).load().writeStream.format("noop")
+                     .option("checkpointLocation", str(tmp_path / fmt)).trigger(availableNow=True).start())
+            query.awaitTermination(120)
+        # The connector: "ending offset (timestamp) not valid in streaming queries".
+        assert re.search(r"(?i)ending.?(offset|timestamp)", str(refused.value)), (fmt, str(refused.value)[:2000])
