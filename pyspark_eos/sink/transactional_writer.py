@@ -3,9 +3,9 @@ steps, docs/model/): begin (1) -> produce the task's records (2) -> collect the 
 the hand-over -> claim it for this attempt, fencing older attempts or refusing as a stale one (3,
 4) -> read what the group has committed, stably (5: sent beside the claims read, and again after
 any fence) -> decide commit or replay (6) -> send the offsets into the transaction (7) -> commit
-(8) -> release the claim. A task that commits its own
-progress claims (3, 4) before its first record instead, and delivers that record at once (the
-model's CLAIM_FIRST): its transaction never opens without a claim a later run can find.
+(8) -> release the claim. A task that commits its own progress claims (3, 4) before its first
+record instead, and delivers that record at once (the model's CLAIM_FIRST): its transaction never
+opens without a claim a later run can find.
 
 What the task commits besides its records is one of three strategies (commit_targets): the input
 offsets it read (with a consumer group), its own progress (any other replayable source), or
