@@ -52,8 +52,8 @@ _PACKAGED_CONF = Path("pyspark_eos", "testing", PACKAGED_CONF)
 # The test kit the artifacts ship beside the runtime, each file named here so that one added to
 # testing/ (or dropped from what the kit ships) fails the checks until it is named here too: its
 # modules, pyspark_eos/testing/<module>.py, and the files of conf/ it reads, in testing/conf/.
-TEST_KIT = ("__init__", "certificates", "embedded_kafka", "fault_injection", "jvm_options", "local_spark", "maven_jars",
-            "output_check", "project_files", "secure_listeners", "tcp_proxy")
+TEST_KIT = ("__init__", "certificates", "embedded_kafka", "fault_injection", "identity_provider", "jvm_options",
+            "local_spark", "maven_jars", "output_check", "project_files", "secure_listeners", "tcp_proxy")
 KIT_CONF = ("broker-log4j2.properties", "kafka-broker-pom.xml", "server.properties", "spark-log4j2.properties")
 # The project's own tooling (devtools/, examples/, tests/, benchmarks/): no path in an artifact names it.
 TOOLING = {"devtools", "examples", "tests", "benchmarks", "chaos", "compat", "distribution", "example_pipeline",
