@@ -31,7 +31,7 @@ from pyspark_eos.kafka.group_offsets import STABLE_READ_REQUEST_TIMEOUT_S, fetch
 from pyspark_eos.protocol.claims_log import ClaimsClients, ClaimsLog
 from pyspark_eos.sink.attempt_fencing import claim_attempt
 
-from .report import append_measurement, standalone_cluster
+from .report import append_measurement, percentile, standalone_cluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "early-stable-read.jsonl"
 PARTITIONS = 8
@@ -92,9 +92,8 @@ def rows_of(times: dict[tuple[float, str], list[float]]) -> list[dict]:
     for latency in sorted({latency for latency, _ in times}):
         row: dict = {"latency_ms": latency}
         for order in ORDERS:
-            ordered = sorted(times[(latency, order)])
-            row[order] = {"median_ms": round(statistics.median(ordered), 2),
-                          "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 2)}
+            values = times[(latency, order)]
+            row[order] = {"median_ms": round(statistics.median(values), 2), "p90_ms": round(percentile(values, 0.9), 2)}
         row["beside_to_after"] = round(row["beside"]["median_ms"] / row["after"]["median_ms"], 2)
         rows.append(row)
     return rows

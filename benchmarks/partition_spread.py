@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-from .report import append_measurement, standalone_cluster
+from .report import append_measurement, percentile, standalone_cluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "partition-spread.jsonl"
 RECORDS, VALUE = 62, b"x" * 100
@@ -95,12 +95,12 @@ def measure(bootstrap: str, spreads: list[int], tasks: int, warm_up: int = WARM_
 def rows_of(times: dict[tuple[int, str], list[tuple[float, float]]]) -> list[dict]:
     rows = []
     for spread, kind in times:
-        ordered = sorted(total for _, total in times[(spread, kind)])
+        totals = [total for _, total in times[(spread, kind)]]
         one = statistics.median(total for _, total in times[(min(s for s, _ in times), kind)])
-        rows.append({"partitions": spread, "kind": kind, "median_ms": round(statistics.median(ordered), 2),
-                     "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
+        rows.append({"partitions": spread, "kind": kind, "median_ms": round(statistics.median(totals), 2),
+                     "p90_ms": round(percentile(totals, 0.9), 2),
                      "records_median_ms": round(statistics.median(records for records, _ in times[(spread, kind)]), 2),
-                     "ratio_to_one_partition": round(statistics.median(ordered) / one, 2)})
+                     "ratio_to_one_partition": round(statistics.median(totals) / one, 2)})
     return rows
 
 

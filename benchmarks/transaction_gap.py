@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-from .report import append_measurement, standalone_cluster
+from .report import append_measurement, percentile, standalone_cluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "transaction-gap.jsonl"
 # A cold broker completes its commits slower (its JIT): --warm-up 0 measures that.
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     reference = statistics.median(times[max(gaps)])
     rows = []
     for gap in gaps:
-        ordered = sorted(times[gap])
-        median, p90 = statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
+        median, p90 = statistics.median(times[gap]), percentile(times[gap], 0.9)
         rows.append({"gap_ms": gap, "median_ms": round(median, 2), "p90_ms": round(p90, 2),
                      "ratio_to_largest_gap": round(median / reference, 2)})
         print(f"next transaction {gap:4.0f} ms after a commit: its first record in {median:5.1f} ms "
