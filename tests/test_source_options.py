@@ -143,3 +143,27 @@ def test_min_partitions_is_the_fewest_tasks_and_the_planners_cores_without_it(mo
     planner.options = parse()
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     assert planner.min_tasks == 3
+
+
+def test_min_partitions_above_a_batchs_partitions_is_said_once_per_query(caplog):
+    from pyspark_eos.source.planner import SourcePlanner
+
+    planner = SourcePlanner.__new__(SourcePlanner)  # reads the options only: no clients
+    planner.options, planner._said_fewer_tasks = parse(minPartitions="8"), False
+    with caplog.at_level("INFO", logger="pyspark_eos.source.planner"):
+        planner._say_fewer_tasks_than_asked(8)  # as many partitions as asked: nothing to say
+        assert not caplog.records
+        planner._say_fewer_tasks_than_asked(2)
+        planner._say_fewer_tasks_than_asked(2)
+    assert [r.getMessage()[:60] for r in caplog.records] == [
+        "minPartitions=8 asks for more tasks than the batch has Kafka"]
+    assert "(2)" in caplog.records[0].getMessage() and "more partitions" in caplog.records[0].getMessage()
+
+
+def test_max_records_per_partition_is_refused_saying_what_to_use_instead():
+    # Spark's connector splits a partition's range over tasks; here one task commits its offset.
+    with pytest.raises(ConfigurationError, match="maxRecordsPerPartition='5' is not supported") as refused:
+        parse(maxRecordsPerPartition="5")
+    assert "maxOffsetsPerTrigger" in str(refused.value) and "more partitions" in str(refused.value)
+    with pytest.raises(ConfigurationError, match="maxRecordsPerPartition"):
+        SourceOptions.parse({**BASE, "MAXRECORDSPERPARTITION": "5"}, streaming=False)

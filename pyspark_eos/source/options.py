@@ -267,6 +267,7 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
         """``streaming`` None checks what holds for both spark.read and spark.readStream."""
         options = {str(key).lower(): value for key, value in options.items()}
+        _refuse_splitting(options)
         check_known(options, SOURCE_OPTIONS, "source")
         params = kafka_params(options)
         check_source_kafka_params(params)
@@ -306,6 +307,18 @@ class SourceOptions:
         _say_what_does_nothing(options, group_id)
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
         return parsed
+
+
+def _refuse_splitting(options: Mapping[str, str]) -> None:
+    # Each task commits its Kafka partitions' end offsets in its one transaction, and a group has
+    # one offset per partition: pieces of a partition in several tasks would each commit it, in
+    # any order, and a later commit of an earlier piece would move it back.
+    if "maxrecordsperpartition" in options:
+        raise ConfigurationError(
+            f"option maxRecordsPerPartition={options['maxrecordsperpartition']!r} is not supported by the eos-kafka "
+            "source: it reads a Kafka partition's range of a batch in one task, whose transaction commits the "
+            "partition's offset; bound a batch's size with maxOffsetsPerTrigger, or give the topic more partitions "
+            "for more tasks, and remove the option")
 
 
 def _check_trigger_limits(options: "SourceOptions") -> None:

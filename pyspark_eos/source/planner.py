@@ -27,6 +27,7 @@ class SourcePlanner:
         self.batch_read = batch_read
         self.kafka = KafkaOffsetReader(options)
         self._membership: GroupMembership | None = None
+        self._said_fewer_tasks = False
         self._claims = ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic, options.group_id)
         self.settings = ReaderSettings(
             consumer_config=consumer_config(options.bootstrap_servers, options.kafka, options.group_id),
@@ -58,7 +59,18 @@ class SourcePlanner:
                  f", claims from {fencing.topic}@{fencing.offset}" if fencing else "")
         min_tasks = self.min_tasks
         alone = self._not_at_start(ranges) if group and len(ranges) > min_tasks else frozenset()
+        self._say_fewer_tasks_than_asked(len(ranges))
         return input_partitions(ranges, group, fencing, self.options.min_records_per_partition, min_tasks, alone)
+
+    def _say_fewer_tasks_than_asked(self, partitions: int) -> None:
+        """Spark's connector splits partitions to reach minPartitions; once per query, say why this
+        source does not (options._refuse_splitting)."""
+        asked = self.options.min_partitions
+        if asked is not None and 0 < partitions < asked and not self._said_fewer_tasks:
+            self._said_fewer_tasks = True
+            log.info("minPartitions=%d asks for more tasks than the batch has Kafka partitions (%d): eos-kafka reads "
+                     "a partition's range in one task, whose transaction commits its offset, so a batch has at most "
+                     "one task per partition; give the topic more partitions for more tasks", asked, partitions)
 
     @property
     def min_tasks(self) -> int:
