@@ -69,6 +69,11 @@ class NonDeterministicReplayError(EosKafkaError):
     plan is not deterministic; the replay wrote nothing."""
 
 
+class MalformedRecordError(EosKafkaError):
+    """A record in Kafka cannot be handed to Spark as it is (a timestamp outside Spark's range);
+    the read task fails, and nothing of its batch is written."""
+
+
 class FormatVersionError(EosKafkaError):
     """A record eos-kafka wrote into Kafka or a checkpoint is in a format this version does not
     read: a newer version wrote it (upgrade), or an older one this version no longer reads."""

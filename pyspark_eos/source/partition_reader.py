@@ -15,7 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from ..errors import DataLossError, KafkaClientError
+from ..errors import DataLossError, KafkaClientError, MalformedRecordError
 from ..kafka.schema import arrow_schema
 from ..protocol.offset_range import OffsetRange
 from .consumer_pool import lent_consumer
@@ -100,8 +100,29 @@ class _Columns:
             "headers": lambda: [[{"key": k, "value": v} for k, v in headers] if headers else None
                                 for headers in map(Message.headers, messages)],
         }
-        arrays = [pa.array(columns[field.name](), type=field.type) for field in self.schema]
+        try:
+            arrays = [pa.array(columns[field.name](), type=field.type) for field in self.schema]
+        except (OverflowError, pa.ArrowInvalid) as failed:
+            raise _out_of_range(messages) or failed from failed
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+# Spark holds a timestamp as int64 microseconds; Kafka's is int64 milliseconds, and a producer that
+# wrote another unit there (nanoseconds) makes a record no timestamp column can hold. Spark's
+# connector fails on it too (SPARK-56243).
+_MAX_MS = (2 ** 63 - 1) // 1000
+
+
+def _out_of_range(messages: list[Message]) -> MalformedRecordError | None:
+    for message in messages:
+        kind, ms = message.timestamp()
+        if kind and not -_MAX_MS <= ms <= _MAX_MS:
+            return MalformedRecordError(
+                f"{message.topic()}-{message.partition()} offset {message.offset()}: timestamp {ms} is not a time in "
+                f"milliseconds Spark can hold (up to {_MAX_MS}): its producer set another unit (nanoseconds, "
+                "microseconds); fix the producer, and start the query after the record (startingOffsets), or read the "
+                "other columns only (a .schema(...) without timestamp, as in \"key binary, value binary\")")
+    return None
 
 
 def read_range(offset_range: OffsetRange, settings: ReaderSettings) -> Iterator[pa.RecordBatch]:
