@@ -614,3 +614,204 @@ def test_an_end_given_to_a_stream_is_refused_naming_it(spark, kafka, topic, tmp_
             query.awaitTermination(120)
         # The connector: "ending offset (timestamp) not valid in streaming queries".
         assert re.search(r"(?i)ending.?(offset|timestamp)", str(refused.value)), (fmt, str(refused.value)[:2000])
+
+
+def test_a_record_timestamp_in_nanoseconds_fails_both_formats_naming_the_record(spark, kafka):
+    # KafkaMicroBatchSourceSuite "SPARK-56243: malformed record timestamp throws detailed error": a
+    # producer's nanoseconds where Kafka keeps milliseconds overflow Spark's microseconds.
+    from confluent_kafka import Producer
+
+    nanos = 1712345678123456789
+    topic = create_topic(kafka.bootstrap_servers, unique_name("nanos"),
+                         config={"message.timestamp.after.max.ms": str(2 ** 63 - 1)})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(topic, value=b"then", timestamp=int(time.time() * 1000))
+    producer.produce(topic, value=b"nanos", timestamp=nanos)
+    assert producer.flush(30) == 0
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as failed:
+            _read(spark, kafka, fmt, topic, startingOffsets="earliest").collect()
+        assert fmt == "kafka" or re.search(rf"MalformedRecordError: {topic}-0 offset 1: timestamp {nanos} ",
+                                           str(failed.value)), str(failed.value)[:3000]
+    # What the message offers instead: the columns without the timestamp read the record.
+    rows = (spark.read.format("eos-kafka").schema("key binary, value binary")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers).option("subscribe", topic).load().collect())
+    assert sorted(bytes(r.value) for r in rows) == [b"nanos", b"then"]
+
+
+def _recreated(kafka, topic: str, values: list[bytes]) -> None:
+    """``topic`` deleted, created again with one partition, and ``values`` written to it."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.delete_topics([topic])[topic].result(30)
+
+    def created() -> bool:  # refused as existing while the broker still deletes it
+        try:
+            create_topic(kafka.bootstrap_servers, topic)
+            return True
+        except KafkaException:
+            return False
+
+    wait_until(created, 60, f"{topic} to be created again")
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(0, value) for value in values])])
+
+
+def _pattern_runs(spark, kafka, fmt: str, prefix: str, checkpoint, between, **options) -> list:
+    """Two Trigger.AvailableNow runs of a stream over ``prefix-.*`` with ``between`` done between
+    them: each run's values, or the second run's error."""
+    values: list = [[], []]
+    for run in range(2):
+        query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                 .option("subscribePattern", f"{prefix}-.*").option("startingOffsets", "earliest").options(**options)
+                 .load().writeStream.foreachBatch(lambda frame, _, run=run: values[run].extend(
+                     bytes(r.value) for r in frame.select("value").collect()))
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(180)
+        except Exception:  # the query's exception, returned below
+            pass
+        assert not query.isActive, fmt
+        if query.exception() is not None:
+            return [sorted(values[0]), query.exception()]
+        between() if run == 0 else None
+    return [sorted(run) for run in values]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_recreated_between_runs_of_a_pattern_stream_fails_or_is_read_again_as_the_connector(
+        spark, kafka, tmp_path, fail_on_data_loss):
+    # KafkaMicroBatchSourceSuite "subscribe topic by pattern with topic recreation between
+    # batches": the recreated topic's offsets went back; failOnDataLoss decides.
+    runs = {}
+    for fmt in FORMATS:
+        prefix = unique_name("recreated")
+        good, bad = (create_topic(kafka.bootstrap_servers, f"{prefix}-{name}") for name in ("good", "bad"))
+        write_transactions(kafka.bootstrap_servers, good, [(True, [(0, b"1"), (0, b"3")])])
+        write_transactions(kafka.bootstrap_servers, bad, [(True, [(0, b"2"), (0, b"4")])])
+        runs[fmt] = _pattern_runs(spark, kafka, fmt, prefix, tmp_path / fmt, lambda: _recreated(kafka, bad, [b"6"]),
+                                  failOnDataLoss=fail_on_data_loss)
+    assert runs["kafka"][0] == runs["eos-kafka"][0] == [b"1", b"2", b"3", b"4"], runs
+    if fail_on_data_loss == "true":
+        # 2 and 1 there, 3 and 2 here: a transaction's marker takes an offset.
+        assert re.search(r"bad-0 offset was changed from 3 to 2", str(runs["kafka"][1])), runs
+        assert re.search(r"DataLossError: .*-bad-0: the batch ends at offset 2 before it starts at 3",
+                         str(runs["eos-kafka"][1])), str(runs["eos-kafka"][1])[:3000]
+    else:
+        assert runs["eos-kafka"][1] == runs["kafka"][1], runs
+
+
+def test_a_pattern_stream_goes_on_when_its_topic_is_deleted_and_reads_a_new_matching_topic_as_the_connector(
+        spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "subscribing topic by pattern with topic deletions" and
+    # "SPARK-41375: empty partitions should not record to latest offset" (failOnDataLoss=false).
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    runs = {}
+    for fmt in FORMATS:
+        prefix = unique_name("deleted")
+        seems = create_topic(kafka.bootstrap_servers, f"{prefix}-seems", partitions=5)
+        write_transactions(kafka.bootstrap_servers, seems, [(True, [(n % 5, f"{n}".encode()) for n in (1, 2, 3)])])
+
+        def replaced(seems=seems, prefix=prefix):
+            admin.delete_topics([seems])[seems].result(30)
+            wait_until(lambda: seems not in admin.list_topics(timeout=10).topics, 60, f"{seems} to be gone")
+            bad = create_topic(kafka.bootstrap_servers, f"{prefix}-bad", partitions=5)
+            write_transactions(kafka.bootstrap_servers, bad, [(True, [(n % 5, f"{n}".encode()) for n in (4, 5, 6)])])
+
+        runs[fmt] = _pattern_runs(spark, kafka, fmt, prefix, tmp_path / fmt, replaced, failOnDataLoss="false")
+        offsets = [path for path in (tmp_path / fmt / "offsets").iterdir() if path.name.isdigit()]
+        assert all("{}" not in path.read_text().splitlines() for path in offsets), (fmt, offsets)
+    assert runs["eos-kafka"] == runs["kafka"] == [[b"1", b"2", b"3"], [b"4", b"5", b"6"]], runs
+
+
+def _batch_values(spark, kafka, fmt: str, frame_of, checkpoint, trigger: dict) -> list[list[bytes]]:
+    """The values of each non-empty batch of one run of ``frame_of(reader)`` to its end."""
+    batches: list[list[bytes]] = []
+    reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+    query = (frame_of(reader).writeStream.foreachBatch(lambda frame, _: batches.append(
+        sorted(bytes(r.value) for r in frame.select("value").collect())))
+             .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None, (fmt, query.exception())
+    return [batch for batch in batches if batch]
+
+
+def test_a_union_of_rate_limited_streams_limits_each_and_goes_on_from_its_checkpoint_as_the_connector(
+        spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "SPARK-22956: currentPartitionOffsets should be set when no new
+    # data comes in": each source of a union takes its own maxOffsetsPerTrigger, and one that has
+    # run dry keeps its offsets for the restart.
+    small, big = (create_topic(kafka.bootstrap_servers, unique_name(name)) for name in ("small", "big"))
+    write_transactions(kafka.bootstrap_servers, small, [(True, [(0, b"%d" % n) for n in range(10)])])
+    write_transactions(kafka.bootstrap_servers, big, [(True, [(0, b"%d" % n) for n in range(100, 120)])])
+
+    def union(reader):
+        limited = [reader.option("subscribe", topic).option("startingOffsets", "earliest")
+                   .option("maxOffsetsPerTrigger", "5").load().select("value") for topic in (small, big)]
+        return limited[0].union(limited[1])
+
+    runs = {fmt: [_batch_values(spark, kafka, fmt, union, tmp_path / fmt, {"availableNow": True})] for fmt in FORMATS}
+    write_transactions(kafka.bootstrap_servers, big, [(True, [(0, b"%d" % n) for n in range(120, 125)])])
+    for fmt in FORMATS:
+        runs[fmt].append(_batch_values(spark, kafka, fmt, union, tmp_path / fmt, {"availableNow": True}))
+    assert runs["eos-kafka"] == runs["kafka"], runs
+    first = runs["kafka"][0]
+    assert first[:2] == [sorted(b"%d" % n for n in [*range(0, 5), *range(100, 105)]),
+                         sorted(b"%d" % n for n in [*range(5, 10), *range(105, 110)])], runs
+    assert runs["kafka"][1] == [[b"%d" % n for n in range(120, 125)]], runs  # nothing twice after the restart
+
+
+def test_trigger_once_reads_everything_whatever_the_read_limits_as_the_connector(spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "maxOffsetsPerTrigger", "minOffsetsPerTrigger" and
+    # "compositeReadLimit": a Trigger.Once run is one batch of all there is (PySpark 4.2 and later
+    # give Python sources read limits; docs/switching.md names 4.0/4.1's difference).
+    topic = create_topic(kafka.bootstrap_servers, unique_name("once"), partitions=3)
+    write_transactions(kafka.bootstrap_servers, topic,
+                       [(True, [(p, f"{p}-{n}".encode()) for n in range(count)]) for p, count in ((0, 101), (1, 11),
+                                                                                                (2, 1))])
+
+    def limited(reader):
+        return (reader.option("subscribe", topic).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", "10").option("minOffsetsPerTrigger", "5")
+                .option("maxTriggerDelay", "1h").load())
+
+    batches = {fmt: _batch_values(spark, kafka, fmt, limited, tmp_path / fmt, {"once": True}) for fmt in FORMATS}
+    assert batches["eos-kafka"] == batches["kafka"], batches
+    assert [len(batch) for batch in batches["kafka"]] == [113], batches
+
+
+def test_a_batch_short_of_min_offsets_runs_once_max_trigger_delay_has_passed_as_the_connector(
+        spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "minOffsetsPerTrigger" (its real-clock part): 16 records make the
+    # first batch, 10 more (fewer than 15) wait until maxTriggerDelay has passed since it.
+    delays = {}
+    for fmt in FORMATS:
+        topic = create_topic(kafka.bootstrap_servers, unique_name("delay"), partitions=2)
+        _write(kafka, topic, range(16))
+        reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("minOffsetsPerTrigger", "15").option("maxTriggerDelay", "5s"))
+        query = (reader.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / fmt))
+                 .trigger(processingTime="100 milliseconds").start())
+        try:
+            wait_until(lambda: any(p["numInputRows"] for p in query.recentProgress) or not query.isActive, 120,
+                       f"{fmt}: the first batch")
+            _write(kafka, topic, range(100, 110))
+            wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 26 or not query.isActive, 120,
+                       f"{fmt}: the batch of 10 records after maxTriggerDelay")
+            ran = [p for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            query.stop()
+        assert [p["numInputRows"] for p in ran] == [16, 10], (fmt, ran)
+        delays[fmt] = _seconds(ran[1]["timestamp"]) - _seconds(ran[0]["timestamp"])
+    # Held back for the delay (5 s from the first batch's trigger), not run as soon as they came.
+    assert all(delay >= 4.5 for delay in delays.values()), delays
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
