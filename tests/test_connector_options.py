@@ -834,3 +834,16 @@ def test_a_topic_stamped_at_log_append_time_reads_the_brokers_time_and_type_as_t
     assert read["eos-kafka"] == read["kafka"], read
     [(ms, kind)] = read["kafka"]
     assert kind == 1 and ms >= before - 1000, read  # the broker's clock, not the producer's day-old time
+
+
+def test_min_partitions_above_the_kafka_partitions_reads_the_same_rows_in_a_task_per_partition(spark, kafka):
+    # KafkaRelationSuite and KafkaMicroBatchSourceSuite "SPARK-30656: minPartitions": 21 records in
+    # 3 partitions with minPartitions=6. The connector splits each partition in two; eos-kafka reads
+    # a partition in one task, whose transaction commits its offset (docs/switching.md).
+    topic = create_topic(kafka.bootstrap_servers, unique_name("min-partitions"), partitions=3)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 3, b"%d" % n) for n in range(21)])])
+    frames = {fmt: _read(spark, kafka, fmt, topic, minPartitions="6") for fmt in FORMATS}
+    rows = {fmt: sorted(bytes(r.value) for r in frame.select("value").collect()) for fmt, frame in frames.items()}
+    assert rows["eos-kafka"] == rows["kafka"] == sorted(b"%d" % n for n in range(21)), rows
+    tasks = {fmt: frame.rdd.getNumPartitions() for fmt, frame in frames.items()}
+    assert tasks == {"kafka": 6, "eos-kafka": 3}, tasks
