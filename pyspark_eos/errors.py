@@ -71,7 +71,7 @@ class NonDeterministicReplayError(EosKafkaError):
 
 class MalformedRecordError(EosKafkaError):
     """A record in Kafka cannot be handed to Spark as it is (a timestamp outside Spark's range);
-    the read task fails, and nothing of its batch is written."""
+    the read task fails, and nothing of its task is written."""
 
 
 class FormatVersionError(EosKafkaError):

@@ -23,8 +23,8 @@ import pytest
 CHECKOUT = Path(__file__).resolve().parent.parent
 CHECK_SCRIPT = CHECKOUT / "docs" / "model" / "check.py"
 # Compiling the verifiers is most of a cold check's CPU: a warm run reuses them (the searches run),
-# and they are compiled unoptimized, which halves a cold run's compiling and costs its searches, all
-# of a few seconds here, about as much again (check.py --optimize).
+# and they are compiled unoptimized, in about a third of the time, which costs the searches, all of a
+# few seconds here, about as much again (check.py --optimize).
 PAN_CACHE = CHECKOUT / ".cache" / "model-pan"
 
 
@@ -45,8 +45,8 @@ def _report() -> dict:
     if shutil.which("spin") is None:
         pytest.fail("spin, the model checker, is not installed: run `make spin` "
                     "(it installs the Debian package spin), then run the tests again", pytrace=False)
-    done = subprocess.run([sys.executable, str(CHECK_SCRIPT), "--json", "--optimize", "0", "--pan-cache", str(PAN_CACHE)], cwd=CHECKOUT,
-                          capture_output=True, text=True, timeout=600)
+    command = [sys.executable, str(CHECK_SCRIPT), "--json", "--optimize", "0", "--pan-cache", str(PAN_CACHE)]
+    done = subprocess.run(command, cwd=CHECKOUT, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), f"check.py failed to run (exit {done.returncode}):\n{done.stderr}"
     assert done.stdout.startswith("{"), f"check.py printed no report (exit {done.returncode}):\n{done.stderr}"
     return json.loads(done.stdout)

@@ -317,8 +317,8 @@ def _refuse_splitting(options: Mapping[str, str]) -> None:
         raise ConfigurationError(
             f"option maxRecordsPerPartition={options['maxrecordsperpartition']!r} is not supported by the eos-kafka "
             "source: it reads a Kafka partition's range of a batch in one task, whose transaction commits the "
-            "partition's offset; bound a batch's size with maxOffsetsPerTrigger, or give the topic more partitions "
-            "for more tasks, and remove the option")
+            "partition's offset; bound a batch's size with maxOffsetsPerTrigger (a stream) or endingOffsets "
+            "(spark.read), or give the topic more partitions for more tasks, and remove the option")
 
 
 def _check_trigger_limits(options: "SourceOptions") -> None:

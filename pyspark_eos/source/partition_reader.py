@@ -103,7 +103,10 @@ class _Columns:
         try:
             arrays = [pa.array(columns[field.name](), type=field.type) for field in self.schema]
         except (OverflowError, pa.ArrowInvalid) as failed:
-            raise _out_of_range(messages) or failed from failed
+            malformed = _out_of_range(messages)
+            if malformed is None:
+                raise
+            raise malformed from failed
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
@@ -119,9 +122,11 @@ def _out_of_range(messages: list[Message]) -> MalformedRecordError | None:
         if kind and not -_MAX_MS <= ms <= _MAX_MS:
             return MalformedRecordError(
                 f"{message.topic()}-{message.partition()} offset {message.offset()}: timestamp {ms} is not a time in "
-                f"milliseconds Spark can hold (up to {_MAX_MS}): its producer set another unit (nanoseconds, "
-                "microseconds); fix the producer, and start the query after the record (startingOffsets), or read the "
-                "other columns only (a .schema(...) without timestamp, as in \"key binary, value binary\")")
+                f"milliseconds Spark can hold (up to {_MAX_MS}): its producer set another unit (nanoseconds). Fix "
+                "the producer; to read on, read the other columns only (a .schema(...) without timestamp, as in "
+                f"\"key binary, value binary\"), or start a new checkpoint past offset {message.offset()} "
+                "(startingOffsets, or the group's offset moved there with kafka-consumer-groups.sh --reset-offsets "
+                "and startingOffsets=group)")
     return None
 
 

@@ -59,12 +59,14 @@ class SourcePlanner:
                  f", claims from {fencing.topic}@{fencing.offset}" if fencing else "")
         min_tasks = self.min_tasks
         alone = self._not_at_start(ranges) if group and len(ranges) > min_tasks else frozenset()
-        self._say_fewer_tasks_than_asked(len(ranges))
+        self._say_fewer_tasks_than_asked(len(end))
         return input_partitions(ranges, group, fencing, self.options.min_records_per_partition, min_tasks, alone)
 
     def _say_fewer_tasks_than_asked(self, partitions: int) -> None:
         """Spark's connector splits partitions to reach minPartitions; once per query, say why this
-        source does not (options._refuse_splitting)."""
+        source does not (options._refuse_splitting). ``partitions``: the Kafka partitions the batch
+        reads, with new records or without: a batch with records in few of them has few tasks for
+        want of records, which more partitions would not change."""
         asked = self.options.min_partitions
         if asked is not None and 0 < partitions < asked and not self._said_fewer_tasks:
             self._said_fewer_tasks = True
