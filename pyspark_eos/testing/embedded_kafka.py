@@ -557,8 +557,10 @@ class EmbeddedKafkaCluster:
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: int = 1,
                  config: Mapping[str, str] | None = None, timeout: float = 60.0) -> str:
-    """Create a topic and wait until every partition has a leader: a producer or ListOffsets
-    sent before that fails with NOT_LEADER_OR_FOLLOWER."""
+    """Create a topic and wait until every partition's leader answers ListOffsets: the metadata
+    can name a leader before that broker has applied the partition, and a producer sent there
+    meanwhile gets NOT_LEADER_OR_FOLLOWER (a Java idempotent producer then OUT_OF_ORDER_SEQUENCE_NUMBER
+    on its retries, until its delivery timeout)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -566,7 +568,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: in
                                   operation_timeout=30)
     futures[name].result(timeout=timeout)
     deadline = time.monotonic() + timeout
-    while not _has_leaders(admin, name, partitions):
+    while not (_has_leaders(admin, name, partitions) and _leaders_answer(admin, name, partitions)):
         if time.monotonic() > deadline:
             raise EmbeddedKafkaError(f"topic {name} has no leader for every partition after {timeout:.0f} s")
         time.sleep(0.1)
@@ -578,6 +580,19 @@ def _has_leaders(admin, topic: str, partitions: int) -> bool:
     if metadata is None or metadata.error is not None or len(metadata.partitions) != partitions:
         return False
     return all(p.leader >= 0 for p in metadata.partitions.values())
+
+
+def _leaders_answer(admin, topic: str, partitions: int) -> bool:
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    try:
+        for future in admin.list_offsets(request, request_timeout=10).values():
+            future.result()
+    except KafkaException:
+        return False
+    return True
 
 
 def kafka_tool_command(main_class: str) -> list[str]:

@@ -270,7 +270,9 @@ def _wait_for_resume(params: dict) -> None:
 
 
 def _report(path: Path, content: dict) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
+    # Gathered processes report the same stage at once: each renames a file of its own, or the
+    # second rename would find the first's already gone.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(content))
     os.replace(temporary, path)
 
