@@ -31,11 +31,13 @@ test: setup spin
 
 setup: $(STAMP) broker-jars
 
+# --no-compile: pip would byte-compile every module of every package (pyspark alone has thousands);
+# Python compiles a module the first time it is imported instead, which is far fewer
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --no-compile --upgrade pip
 	# compat mode puts the checkout on sys.path, so Spark's pkgutil-based discovery of pyspark_* sees it
-	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet --no-compile -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 ## broker-jars: download the pinned Apache Kafka broker's jars with Maven (once; the tests fetch the oldest supported)
@@ -95,11 +97,11 @@ release-tests: setup
 	$(PY) -m pytest -m release $(PYTEST_ARGS)
 
 $(VENV)/.bench-installed: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet --no-compile -e '.[bench]' --config-settings editable_mode=compat
 	touch $@
 
 $(VENV)/.release-installed: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[release]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet --no-compile -e '.[release]' --config-settings editable_mode=compat
 	touch $@
 
 ## model: model-check every protocol (attempt fencing, progress records, the source's group commit) with spin (see docs/model/README.md)

@@ -30,7 +30,9 @@ def virtualenv(name: str, *installs: list[str], home: Path | None = None) -> Pat
         if not marker.exists():  # another test process may have built it meanwhile
             venv.EnvBuilder(with_pip=True, clear=True).create(home)
             for arguments in installs:
-                subprocess.run([str(python), "-m", "pip", "install", "--quiet", *arguments], check=True, timeout=900)
+                # Not compiled at install (pip would compile all of pyspark): on first import instead.
+                subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", *arguments],
+                               check=True, timeout=900)
             marker.write_text(repr(installs))
     return python
 
