@@ -38,7 +38,11 @@
  *                end; it reads the claims log too (as every attempt did in format 1) only if an
  *                ANNOUNCE of its task is there. Every other attempt (a retry, a speculative copy)
  *                appends an ANNOUNCE to the control log before its claim, and reads the claims log
- *                from its plan's start to its claim. Progress attempts read the claims log always.
+ *                from its plan's start to its claim. With PROGRESS (no group membership fences an
+ *                earlier run) plan records name their run: the attempts of a run's first plan read
+ *                the claims log from the look-back, whatever their attempt number, and a first
+ *                attempt that finds a plan record of another run in the control log reads the
+ *                claims log as well.
  *   EARLY_STABLE_READ  the stable read (5) sent as soon as the claim is acknowledged, beside the
  *                claims read and the fences, and sent again after them if the attempt fenced an id
  *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
@@ -68,9 +72,6 @@
 
 #define MAXID 5                 /* transactional ids 1..4 (index 0 unused) */
 
-#if defined(PROGRESS) && !defined(RESTART)
-#error "PROGRESS is a configuration of a new run (RESTART)"
-#endif
 #if defined(CRASHES) && defined(REUSE_ID)
 #error "CRASHES marks dead attempts by transactional id: one id per attempt"
 #endif
@@ -99,13 +100,30 @@
 
 /* SPLIT_LOG: the first attempt of its plan (Spark's attempt 0 of the task in the stage's first
  * attempt) reads the control log, and the claims log only if the control log tells it to; every
- * other attempt announces itself there first. Attempt 1 is batch 1's first in run 1; the last
- * attempt, of batch 2 or of run 2, is the first of its plan. Progress attempts read the claims log
- * always (a new run's plan must find the claims of attempts of every earlier run). */
-#if defined(SPLIT_LOG) && !defined(PROGRESS) && !defined(NO_CLAIMS)
+ * other attempt announces itself there first. Attempt 1 is batch 1's first in run 1 (a plan of
+ * run 1 after its first: the claims before it are of attempts that ended); the last attempt, of
+ * batch 2 or of run 2, is the first of its plan. */
+#if defined(SPLIT_LOG) && !defined(NO_CLAIMS)
 #define FIRST_OF_PLAN(me) ((me) == 1 || (me) == NA && NA > ATTEMPTS)
 #else
 #define FIRST_OF_PLAN(me) false
+#endif
+/* SPLIT_LOG with PROGRESS: run 2's plan is its run's first, whose attempts read the claims log from
+ * the look-back (an earlier run's claims, which no group generation fences). MUTANT: it takes the
+ * control log's fast path as a later plan does. */
+#if defined(SPLIT_LOG) && defined(PROGRESS) && defined(RESTART) && !defined(MUTANT_RUN_START_FAST)
+#define RUN_START(me) ((me) == NA)
+#else
+#define RUN_START(me) false
+#endif
+/* A plan record names its run (in the epoch field). A progress attempt that finds one of another
+ * run in the control log reads the claims log: that run's first plan may have read its claims
+ * log before this attempt claimed, so this attempt must find that run's claims itself. MUTANT:
+ * it does not. */
+#if defined(PROGRESS) && !defined(MUTANT_OTHER_RUN_IGNORED)
+#define OTHER_RUN_PLAN(x, r) (KIND(x) == PLAN && EPOCH(x) != (r))
+#else
+#define OTHER_RUN_PLAN(x, r) false
 #endif
 #if defined(SPLIT_LOG) && defined(CLAIM_FIRST) && !defined(PROGRESS)
 #error "CLAIM_FIRST is how progress attempts run"
@@ -238,7 +256,7 @@ end:
  * plan's tasks; a claim between the two requests is an older plan's, which this plan's attempts do
  * not read either way, as they do not read one just before the plan record). */
 #ifdef SPLIT_LOG
-#define APPEND_PLAN() ctl_from = ctl_end; ctl[ctl_end] = ENTRY(PLAN, 0, 0); ctl_end++; from = claims_end
+#define APPEND_PLAN() ctl_from = ctl_end; ctl[ctl_end] = ENTRY(PLAN, qrun, 0); ctl_end++; from = claims_end
 #else
 #define APPEND_PLAN() from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++
 #endif
@@ -255,6 +273,7 @@ inline read_control() {
                if
                :: KIND(ctl[i]) == ANNOUNCE && SAME_RUN(EPOCH(ctl[i]), qrun) && EPOCH(ctl[i]) != me ->
                    announced = true
+               :: OTHER_RUN_PLAN(ctl[i], qrun) -> announced = true
                :: else -> skip
                fi;
                i++
@@ -415,7 +434,7 @@ claim:
      * Nothing: no other attempt of its task claimed before it, and any that claims later reads
      * its claim; it goes on without reading the claims log. */
     if
-    :: !FIRST_OF_PLAN(me) -> goto claims_scan
+    :: !FIRST_OF_PLAN(me) || RUN_START(me) -> goto claims_scan
     :: else -> skip
     fi;
 #ifndef MUTANT_CONTROL_BEFORE_CLAIM

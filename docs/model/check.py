@@ -98,8 +98,15 @@ CONFIGS = (
            "the retry in the first attempt's executor slot"),
     Config("split:3-attempts,release-in-flight", ("ATTEMPTS=3", "RELEASE_IN_FLIGHT", "SPLIT_LOG"), HOLDS,
            "releases in flight with the control log's fast path"),
+    # Progress attempts on it: a run's first plan reads the claims log from the look-back, a later plan's first
+    # attempt the control log only, unless it finds there a plan record of another run.
     Config("split:progress:2-attempts+restart", ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
-           HOLDS, "progress attempts read the claims log from the look-back, the plans in the control log"),
+           HOLDS, "run 1's first attempt on the control log's fast path, run 2's first plan reading the look-back"),
+    Config("split:progress:2-attempts+restart,crashes",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "CRASHES"), HOLDS,
+           "the same with attempts dying anywhere: once run 2's attempt succeeded, none of theirs is open"),
+    Config("split:progress:2-attempts+batch-2", ("ATTEMPTS=2", "BATCH2", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
+           HOLDS, "batch 2's first attempt on the fast path while a batch-1 zombie claims"),
     # The stable read sent beside the claims read, read again after any fence (a lever on a task's time).
     Config("early-read:2-attempts", ("ATTEMPTS=2", "EARLY_STABLE_READ"), HOLDS,
            "the stable read beside the claims read, read again when the attempt fenced an id"),
@@ -132,6 +139,12 @@ CONFIGS = (
            "a stable read sent beside the claims read and used after fencing an id: both attempts commit"),
     Config("mutant:split-no-announce", ("ATTEMPTS=2", "SPLIT_LOG", "MUTANT_NO_ANNOUNCE"), VIOLATION,
            "a retry that claims without announcing itself: the first attempt does not read its claim"),
+    Config("mutant:split-progress-run-start-fast",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_RUN_START_FAST"), VIOLATION,
+           "a new run's first progress plan on the control log's fast path: it misses run 1's claim"),
+    Config("mutant:split-progress-other-run-ignored",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_OTHER_RUN_IGNORED"), VIOLATION,
+           "a run-1 attempt that claims after run 2 read its claims and ignores run 2's plan record"),
     Config("mutant:split-control-before-claim", ("ATTEMPTS=2", "SPLIT_LOG", "MUTANT_CONTROL_BEFORE_CLAIM"), VIOLATION,
            "a first attempt that reads the control log before appending its claim"),
 )
