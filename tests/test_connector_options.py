@@ -390,25 +390,17 @@ def test_a_stream_starts_where_the_connector_starts_and_goes_on_from_its_checkpo
     assert producer.flush(30) == 0
     subscription = {"assign": json.dumps({topic: [0, 1, 2]}), "subscribe": topic, "subscribePattern": topic}[kind]
     options = {kind: subscription, **starting(topic, earlier + 100_000)}
-    runs = {fmt: [_stream_run(spark, kafka, fmt, options, tmp_path / fmt)] for fmt in FORMATS}
+    def run(fmt: str) -> list[bytes]:
+        batches = _batch_values(spark, kafka, fmt, lambda reader: reader.options(**options).load(), tmp_path / fmt)
+        return sorted(value for batch in batches for value in batch)
+
+    runs = {fmt: [run(fmt)] for fmt in FORMATS}
     _write(kafka, topic, range(6))  # v0..v5, after the first runs
     for fmt in FORMATS:
-        runs[fmt].append(_stream_run(spark, kafka, fmt, options, tmp_path / fmt))
+        runs[fmt].append(run(fmt))
     assert runs["eos-kafka"] == runs["kafka"], runs
     assert len(runs["kafka"][0]) == first_run, runs
     assert runs["kafka"][1] == sorted(f"v{n}".encode() for n in range(6)), runs  # the restart goes on
-
-
-def _stream_run(spark, kafka, fmt: str, options: dict, checkpoint) -> list[bytes]:
-    """The values one Trigger.AvailableNow run of a stream of ``fmt`` reads, from ``checkpoint``."""
-    values: list[bytes] = []
-    query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-             .options(**options).load().writeStream
-             .foreachBatch(lambda frame, _: values.extend(bytes(r.value) for r in frame.select("value").collect()))
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination(120)
-    assert not query.isActive and query.exception() is None, (fmt, query.exception())
-    return sorted(values)
 
 
 def test_max_offsets_per_trigger_splits_a_backlog_over_partitions_as_the_connector(spark, kafka, tmp_path):
@@ -447,28 +439,18 @@ def test_a_stream_reads_committed_records_only_and_waits_for_an_open_transaction
     for n in range(3):
         open_one.produce(topic, value=f"o{n}".encode(), partition=0)
     open_one.flush(30)
-    batches = {fmt: [_stream_batches(spark, kafka, fmt, topic, tmp_path / fmt)] for fmt in FORMATS}
+    def run(fmt: str) -> list[list[bytes]]:  # 3 offsets a batch; a batch's values sort as their offsets do
+        isolation = {"kafka.isolation.level": "read_committed"} if fmt == "kafka" else {}
+        options = {"subscribe": topic, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "3", **isolation}
+        return _batch_values(spark, kafka, fmt, lambda reader: reader.options(**options).load(), tmp_path / fmt)
+
+    batches = {fmt: [run(fmt)] for fmt in FORMATS}
     open_one.commit_transaction(30)
     for fmt in FORMATS:
-        batches[fmt].append(_stream_batches(spark, kafka, fmt, topic, tmp_path / fmt))
+        batches[fmt].append(run(fmt))
     assert batches["eos-kafka"] == batches["kafka"], batches
     assert [value for run in batches["kafka"] for batch in run for value in batch] == \
         [f"c{n}".encode() for n in range(5)] + [f"d{n}".encode() for n in range(3)] + [f"o{n}".encode() for n in range(3)]
-
-
-def _stream_batches(spark, kafka, fmt: str, topic: str, checkpoint) -> list[list[bytes]]:
-    """The values of each batch one Trigger.AvailableNow run reads, 3 offsets a batch, read_committed."""
-    batches: list[list[bytes]] = []
-    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-              .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3"))
-    if fmt == "kafka":
-        reader = reader.option("kafka.isolation.level", "read_committed")
-    query = (reader.load().writeStream.foreachBatch(lambda frame, _: batches.append(
-        [bytes(r.value) for r in frame.orderBy("offset").select("value").collect()]))
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination(120)
-    assert not query.isActive and query.exception() is None, (fmt, query.exception())
-    return [batch for batch in batches if batch]
 
 
 @pytest.mark.parametrize("options, named", [
@@ -724,13 +706,14 @@ def test_a_pattern_stream_goes_on_when_its_topic_is_deleted_and_reads_a_new_matc
     assert runs["eos-kafka"] == runs["kafka"] == [[b"1", b"2", b"3"], [b"4", b"5", b"6"]], runs
 
 
-def _batch_values(spark, kafka, fmt: str, frame_of, checkpoint, trigger: dict) -> list[list[bytes]]:
-    """The values of each non-empty batch of one run of ``frame_of(reader)`` to its end."""
+def _batch_values(spark, kafka, fmt: str, frame_of, checkpoint, trigger: dict | None = None) -> list[list[bytes]]:
+    """The values of each non-empty batch (sorted) of one run of ``frame_of(reader)`` to its end, under
+    ``trigger`` (Trigger.AvailableNow by default), from ``checkpoint``."""
     batches: list[list[bytes]] = []
     reader = spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
     query = (frame_of(reader).writeStream.foreachBatch(lambda frame, _: batches.append(
         sorted(bytes(r.value) for r in frame.select("value").collect())))
-             .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+             .option("checkpointLocation", str(checkpoint)).trigger(**(trigger or {"availableNow": True})).start())
     try:
         query.awaitTermination(180)
         assert not query.isActive and query.exception() is None, (fmt, query.exception())
