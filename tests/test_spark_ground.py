@@ -105,3 +105,61 @@ def test_the_suites_spark_and_kafka_jvms_start_from_their_class_archives():
     java, *options = kafka_tool_command("org.apache.kafka.tools.TopicCommand")
     kafka = subprocess.run([java, "-Xshare:on", *options, "--version"], capture_output=True, text=True, timeout=120)
     assert kafka.returncode == 0 and any("SharedArchiveFile" in option for option in options), kafka.stderr[-2000:]
+
+
+class _OptionsProbe:
+    """A Python data source sink that writes, when Spark builds its stream writer on the driver,
+    the options it was given to the file named by its ``probe`` option."""
+
+    @staticmethod
+    def register(spark) -> None:
+        from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
+
+        class Writer(DataSourceStreamWriter):
+            def write(self, iterator):
+                for _ in iterator:
+                    pass
+                return WriterCommitMessage()
+
+            def commit(self, messages, batchId):
+                pass
+
+        class Probe(DataSource):
+            @classmethod
+            def name(cls):
+                return "options-probe"
+
+            def streamWriter(self, schema, overwrite):
+                Path(self.options["probe"]).write_text(json.dumps({k.lower(): v for k, v in self.options.items()}))
+                return Writer()
+
+        spark.dataSource.register(Probe)
+
+
+def test_a_streaming_sink_is_given_the_query_checkpoint_location_only_when_set_as_an_option(spark, tmp_path):
+    # What a sink's writer, built on the driver, can tell its pipeline by: Spark passes it the
+    # writeStream options, so checkpointLocation when the query sets it with .option(), and nothing
+    # that names the query when it comes from spark.sql.streaming.checkpointLocation.
+    _OptionsProbe.register(spark)
+    source = tmp_path / "input"
+    source.mkdir()
+    (source / "part-0.json").write_text('{"value": "a"}\n')
+
+    def options_seen(name: str, checkpoint_option: bool) -> dict:
+        probe = tmp_path / f"{name}.json"
+        writer = (spark.readStream.schema("value string").json(str(source)).writeStream.format("options-probe")
+                  .option("probe", str(probe)).trigger(availableNow=True))
+        if checkpoint_option:
+            writer = writer.option("checkpointLocation", str(tmp_path / name))
+        query = writer.start()
+        query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+        return json.loads(probe.read_text())
+
+    assert options_seen("given", True)["checkpointlocation"] == str(tmp_path / "given")
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "root"))
+    try:
+        seen = options_seen("from-conf", False)
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert "checkpointlocation" not in seen and set(seen) == {"probe"}, seen
