@@ -4,6 +4,7 @@ cold scenario's jobs: a fresh driver process and session each).
 
     .venv/bin/python -m benchmarks.bench [--scenario NAME[,NAME...]] [--scale smoke|quick|medium|full]
     .venv/bin/python -m benchmarks.bench --scenario variants --variant NAME SETTING... [--size B --records N --batch N]
+    .venv/bin/python -m benchmarks.bench --scenario latency [--rate RECORDS_PER_S] [--seconds S]
 
 Scenarios (benchmarks/README.md, "What is measured"): copy, cold, alone, scaling, per-batch,
 fencing, latency, memory, variants; all of them by default. Prints a table per scenario, appends the run
@@ -18,6 +19,7 @@ import shlex
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark_eos.testing import fault_injection
@@ -66,6 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     variants.add_argument("--size", type=int, help="bytes per record (default: the scale's)")
     variants.add_argument("--records", type=int, help="records copied (default: the scale's)")
     variants.add_argument("--batch", type=int, help="records per micro-batch (default: the scale's)")
+    latency = parser.add_argument_group("the latency scenario")
+    latency.add_argument("--rate", type=int, help="records/s the producer writes (default: the scale's rates)")
+    latency.add_argument("--seconds", type=float, help="how long it writes them (default: the scale's)")
     args = parser.parse_args(argv)
     try:
         chosen = tuple(Variant.parse(name, settings) for name, *settings in args.variant)
@@ -73,6 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(str(error))
     scale = SCALES[args.scale]
     scale = scale.with_repeats(args.repeats) if args.repeats else scale
+    scale = replace(scale, latency_rates=(args.rate,) if args.rate else scale.latency_rates,
+                    latency_seconds=args.seconds or scale.latency_seconds)
     case = tuple(given or default for given, default in zip((args.size, args.records, args.batch), scale.variants_case))
     args.options = Options(chosen or Options().variants, case)
     args.scale = scale

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -473,6 +474,7 @@ class SteadyRun:
     rss_mib_series: dict[str, list[tuple[int, float]]]  # per Python worker: (seconds, MiB)
     catch_up_s: float  # from the input's end until the query had read every record
     batch_ms: list[float]  # the query's last micro-batches with input (Spark keeps 100): each one's duration
+    between_ms: list[float]  # from each of those batches' end to the next one's start (between_batches_ms)
 
 
 def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: float, batch: int | None = None,
@@ -506,11 +508,22 @@ def steady_copy(ground: Ground, name: str, partitions: int, rate: int, seconds: 
         query.stop()
         if latency:
             latency.stop()
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
     return SteadyRun(name, elapsed, written, count_committed(ground.bootstrap, output, partitions), _batches(query),
                      latency.latencies if latency else [], sampler.summary() if sample_every_s else [],
                      {str(t.pid): [(round(at), round(kb / 1024, 1)) for at, kb in t.rss_kb]
                       for t in sampler.traces.values() if t.role == "worker"}, catch_up_s,
-                     [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"]])
+                     [p["durationMs"]["triggerExecution"] for p in progress], between_batches_ms(progress))
+
+
+def between_batches_ms(progress: list[dict]) -> list[float]:
+    """From each micro-batch's end (its start, ``timestamp``, plus ``triggerExecution``) to the next
+    one's start, for consecutive progress entries: what a query running batches back to back spends
+    outside Spark's trigger (reporting the progress, the trigger's own loop)."""
+    def start_ms(entry: dict) -> float:
+        return datetime.fromisoformat(entry["timestamp"]).timestamp() * 1000
+
+    return [start_ms(b) - start_ms(a) - a["durationMs"]["triggerExecution"] for a, b in zip(progress, progress[1:])]
 
 
 def _continuous_copy(ground: Ground, name: str, source: str, output: str, batch: int | None):

@@ -447,6 +447,8 @@ def _result(scenario: str, row: dict, reference: dict | None) -> tuple[str, floa
                   f"(max {ms(row['latency_max_ms'])}), {row['batches']:,} batches")
         if row.get("batch_p50_ms"):
             result += f" of p50 {ms(row['batch_p50_ms'])} ms"
+        if row.get("between_batches_p50_ms") is not None:
+            result += f", {ms(row['between_batches_p50_ms'])} ms between them"
         if "kept_up" in row:
             result += (f"; {'kept up' if row['kept_up'] else 'fell behind'}, caught up "
                        f"{row['catch_up_s']:.1f} s after the input's end")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from benchmarks import bench, report
+from benchmarks import bench, contenders, report
 from benchmarks.contenders import AT_LEAST_ONCE, Ground
 from benchmarks.scenarios import COLD_CONTENDERS, PYTHON_STREAM, SCENARIOS, Options, Variant
 from benchmarks.workload import SCALES
@@ -80,7 +80,7 @@ def test_the_scenarios_measured_what_they_report(smoke_run):
     assert {row["contender"] for row in copies} == {"eos-kafka", "eos-kafka fencing off"}
     for row in _rows(smoke_run, "latency"):
         assert row["latency_records"] > 0 and 0 < row["latency_p50_ms"] <= row["latency_p99_ms"], row
-        assert row["batch_p50_ms"] > 0, row
+        assert row["batch_p50_ms"] > 0 and row["between_batches_p50_ms"] is not None, row
     memory, = _rows(smoke_run, "memory")
     assert memory["batches"] > 1 and any(w["role"] == "worker" for w in memory["workers"])
     variants = {row["contender"]: row for row in _rows(smoke_run, "variants")}
@@ -116,9 +116,19 @@ def test_the_runner_takes_scenarios_scales_and_variants():
                                                             {"spark.x": "1"})
     assert args.options.variants_case == (SMOKE.variants_case[0], 500, SMOKE.variants_case[2])
     assert bench.parse_args([]).scenario == list(SCENARIOS)
+    latency = bench.parse_args(["--scenario", "latency", "--scale", "quick", "--rate", "5000", "--seconds", "60"]).scale
+    assert (latency.latency_rates, latency.latency_seconds) == ((5000,), 60)
+    assert bench.parse_args(["--scale", "quick"]).scale == SCALES["quick"]
     for wrong in (["--scenario", "txn"], ["--variant", "x", "side.a=1"], ["--variant", "python-stream", "sink.a=1"]):
         with pytest.raises(SystemExit):
             bench.parse_args(wrong)
+
+
+def test_the_time_between_batches_is_from_one_batchs_end_to_the_next_ones_start():
+    progress = [{"timestamp": "2026-12-07T19:54:51.000Z", "durationMs": {"triggerExecution": 200}},
+                {"timestamp": "2026-12-07T19:54:51.203Z", "durationMs": {"triggerExecution": 150}},
+                {"timestamp": "2026-12-07T19:54:51.400Z", "durationMs": {"triggerExecution": 100}}]
+    assert [round(ms) for ms in contenders.between_batches_ms(progress)] == [3, 47]
 
 
 def test_the_cpu_split_takes_out_what_spark_charges_a_python_pipeline():
