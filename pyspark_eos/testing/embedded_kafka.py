@@ -570,7 +570,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, replication: in
     deadline = time.monotonic() + timeout
     while not (_has_leaders(admin, name, partitions) and _leaders_answer(admin, name, partitions)):
         if time.monotonic() > deadline:
-            raise EmbeddedKafkaError(f"topic {name} has no leader for every partition after {timeout:.0f} s")
+            raise EmbeddedKafkaError(f"topic {name} has no leader answering for every partition after {timeout:.0f} s")
         time.sleep(0.1)
     return name
 
