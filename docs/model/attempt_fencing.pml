@@ -39,10 +39,17 @@
  *                ANNOUNCE of its task is there. Every other attempt (a retry, a speculative copy)
  *                appends an ANNOUNCE to the control log before its claim, and reads the claims log
  *                from its plan's start to its claim. With PROGRESS (no group membership fences an
- *                earlier run) plan records name their run: the attempts of a run's first plan read
- *                the claims log from the look-back, whatever their attempt number, and a first
- *                attempt that finds a plan record of another run in the control log reads the
- *                claims log as well.
+ *                earlier run) an attempt first reads its task's last committed progress, which names
+ *                the run that committed it (Spark's run id) and the layout it was committed on: an
+ *                attempt whose task last committed in its own run keeps to the above; any other
+ *                (another run, nothing committed, an open transaction in the way) reads the claims
+ *                log from the look-back, whatever its attempt number. And a first attempt that
+ *                finds in the control log a plan record after its own reads the claims log as well.
+ *   UPGRADE      with SPLIT_LOG, PROGRESS and RESTART: run 1 is an earlier version's, on the layout
+ *                of format 1 (claims in the one shared topic, read from the look-back to the
+ *                claim); batch 0 was committed on it. An attempt whose task last committed on that
+ *                layout (or whose last commit it cannot tell) also claims in the shared topic and
+ *                reads it from the look-back to that claim.
  *   EARLY_STABLE_READ  the stable read (5) sent as soon as the claim is acknowledged, beside the
  *                claims read and the fences, and sent again after them if the attempt fenced an id
  *   MUTANT_*     the protocol with one mistake (see each #ifdef): the checker must find it
@@ -62,6 +69,9 @@
 
 #if defined(BATCH2) && defined(RESTART)
 #error "BATCH2 and RESTART are separate configurations"
+#endif
+#if defined(UPGRADE) && !(defined(SPLIT_LOG) && defined(PROGRESS) && defined(RESTART) && defined(CLAIM_FIRST))
+#error "UPGRADE is a progress pipeline's restart onto SPLIT_LOG"
 #endif
 
 #if defined(BATCH2) || defined(RESTART)
@@ -108,22 +118,43 @@
 #else
 #define FIRST_OF_PLAN(me) false
 #endif
-/* SPLIT_LOG with PROGRESS: run 2's plan is its run's first, whose attempts read the claims log from
- * the look-back (an earlier run's claims, which no group generation fences). MUTANT: it takes the
- * control log's fast path as a later plan does. */
-#if defined(SPLIT_LOG) && defined(PROGRESS) && defined(RESTART) && !defined(MUTANT_RUN_START_FAST)
-#define RUN_START(me) ((me) == NA)
+/* SPLIT_LOG with PROGRESS: what an attempt makes of its task's last committed progress, read
+ * (without waiting) before it claims. SAME: committed in its own run, on the pipeline's layout:
+ * every earlier run's attempt of the task was fenced or refused by the attempt of this run that
+ * committed first, so the control log's fast path holds. OTHER: committed by another run on the
+ * pipeline's layout: that run's attempts may still claim; read the claims log from the look-back
+ * (no group generation fences them). UNKNOWN: nothing committed, an open transaction holding an
+ * offset, or a commit on format 1's layout (UPGRADE): as OTHER, and in the shared topic too. */
+#define SAME    1
+#define OTHER   2
+#define UNKNOWN 3
+#ifdef UPGRADE
+#define LEGACY_RUN(r) ((r) == 1)
 #else
-#define RUN_START(me) false
+#define LEGACY_RUN(r) false
 #endif
-/* A plan record names its run (in the epoch field). A progress attempt that finds one of another
- * run in the control log reads the claims log: that run's first plan may have read its claims
- * log before this attempt claimed, so this attempt must find that run's claims itself. MUTANT:
- * it does not. */
-#if defined(PROGRESS) && !defined(MUTANT_OTHER_RUN_IGNORED)
-#define OTHER_RUN_PLAN(x, r) (KIND(x) == PLAN && EPOCH(x) != (r))
+#if defined(MUTANT_RUN_START_FAST)
+/* MUTANT: the fast path whatever run committed last. */
+#define LAST_COMMIT(r) SAME
+#elif defined(MUTANT_UPGRADE_PIPELINE_ONLY)
+/* MUTANT: a commit on format 1's layout taken for another run's on the pipeline's. */
+#define LAST_COMMIT(r) (!NO_PENDING -> OTHER : (Crun == (r) && !Clegacy -> SAME : OTHER))
 #else
-#define OTHER_RUN_PLAN(x, r) false
+#define LAST_COMMIT(r) (!NO_PENDING -> UNKNOWN : (Clegacy -> UNKNOWN : (Crun == (r) -> SAME : OTHER)))
+#endif
+/* A progress attempt that finds a plan record after its own in the control log reads the claims
+ * log: that plan may be another run's whose attempts read the claims log before this attempt
+ * claimed, so this attempt must find their claims itself (a plan of its own run after its own
+ * means this attempt is a laggard: the read only costs it). MUTANT: it does not. */
+#if defined(SPLIT_LOG) && defined(PROGRESS)
+#define NOT_SAME (known != SAME)
+#else
+#define NOT_SAME false
+#endif
+#if defined(PROGRESS) && !defined(MUTANT_LATER_PLAN_IGNORED)
+#define LATER_PLAN(x, at) (KIND(x) == PLAN && (at) != ctl_from)
+#else
+#define LATER_PLAN(x, at) false
 #endif
 #if defined(SPLIT_LOG) && defined(CLAIM_FIRST) && !defined(PROGRESS)
 #error "CLAIM_FIRST is how progress attempts run"
@@ -153,6 +184,30 @@ byte pending[MAXID];
  * (FENCED_INSTANCE_ID / UNKNOWN_MEMBER_ID; fencing layer 1). */
 byte C = 0;
 byte member = 1;
+
+#if defined(SPLIT_LOG) && defined(PROGRESS)
+/* A progress record's metadata: the run that committed C (C = 0 is batch 0's end, committed by run
+ * 1), and whether on format 1's layout; per transactional id, what its pending offset would write. */
+byte Crun = 1;
+#ifdef UPGRADE
+bool Clegacy = true;
+#else
+bool Clegacy = false;
+#endif
+byte txn_run[MAXID];
+bool txn_legacy[MAXID];
+#define RECORD_RUN(t) txn_run[t] = qrun; txn_legacy[t] = LEGACY_RUN(qrun)
+#define COMMIT_RUN(t) Crun = txn_run[t]; Clegacy = txn_legacy[t]
+#else
+#define RECORD_RUN(t) skip
+#define COMMIT_RUN(t) skip
+#endif
+
+#ifdef UPGRADE
+/* Format 1's shared claims topic: run 1's plan record at offset 0, then claims and releases. */
+byte shared[LOGMAX];
+byte shared_end = 1;
+#endif
 
 /* The claims topic: one partition, appended with acks=all, so an append is atomic, gets the next
  * offset, and every later read sees it. Offset 0 holds batch 1's plan record of run 1. With
@@ -226,7 +281,7 @@ inline check_invariants() {
 inline commit_txn(t) {
     prevC = C;
     if
-    :: pending[t] > 0 -> C = pending[t]
+    :: pending[t] > 0 -> C = pending[t]; COMMIT_RUN(t)
     :: else -> skip
     fi;
     visible[txn_batch[t]]++;
@@ -261,6 +316,53 @@ end:
 #define APPEND_PLAN() from = claims_end; claims[from] = ENTRY(PLAN, 0, 0); claims_end++
 #endif
 
+/* Step 4 on one log: read it from `start` up to and including `last` (the attempt's claim there).
+ * Every record below it was acknowledged before it was assigned, so what it reads is fixed: one
+ * step, however many fetches. A CLAIM with a higher epoch: this attempt is stale. A CLAIM with a
+ * lower epoch under another transactional id and no RELEASE of it (a RELEASE comes after its
+ * CLAIM): that attempt may still commit, its id is to be fenced. A CLAIM of another run is
+ * neither: the plan offsets of two runs need not follow the order in which they joined the group.
+ * `w`: 0 for the claims log, 1 for format 1's shared topic (UPGRADE). */
+#ifdef UPGRADE
+#define LOG_AT(w, k) ((w) == 0 -> claims[k] : shared[k])
+#else
+#define LOG_AT(w, k) claims[k]
+#endif
+inline scan_claims(w, start, last) {
+    if
+    :: d_step {
+           i = start;
+           do
+           :: i > last -> break
+           :: else ->
+               if
+               :: KIND(LOG_AT(w, i)) == CLAIM && SAME_RUN(EPOCH(LOG_AT(w, i)), qrun) && EPOCH(LOG_AT(w, i)) > me ->
+                   stale = true
+               :: KIND(LOG_AT(w, i)) == CLAIM && SAME_RUN(EPOCH(LOG_AT(w, i)), qrun) && EPOCH(LOG_AT(w, i)) < me &&
+                  TXNID(LOG_AT(w, i)) != id ->
+                   j = start;
+                   do
+                   :: j > last -> fence = fence | (1 << TXNID(LOG_AT(w, i))); break
+                   :: j <= last && LOG_AT(w, j) == ENTRY(RELEASE, EPOCH(LOG_AT(w, i)), TXNID(LOG_AT(w, i))) -> break
+                   :: else -> j++
+                   od
+               :: else -> skip
+               fi;
+               i++
+           od;
+           i = 0; j = 0;
+           if
+           :: w == 0 ->
+               printf("A%d: read claims %d..%d: stale=%d, ids to fence (bit mask)=%d\n", me, start, last, stale, fence)
+           :: else ->
+               printf("A%d: read the shared topic %d..%d: stale=%d, ids to fence (bit mask)=%d\n", me, start, last,
+                      stale, fence)
+           fi
+       }
+    :: goto failed
+    fi
+}
+
 /* SPLIT_LOG, step 4a: read the control log from the plan record to its end (one step: what lies
  * below the end it lists is fixed). An ANNOUNCE of another attempt of its run: `announced`. */
 inline read_control() {
@@ -273,7 +375,7 @@ inline read_control() {
                if
                :: KIND(ctl[i]) == ANNOUNCE && SAME_RUN(EPOCH(ctl[i]), qrun) && EPOCH(ctl[i]) != me ->
                    announced = true
-               :: OTHER_RUN_PLAN(ctl[i], qrun) -> announced = true
+               :: LATER_PLAN(ctl[i], i) -> announced = true
                :: else -> skip
                fi;
                i++
@@ -308,6 +410,10 @@ proctype Attempt(byte me; byte id; byte batch; byte qrun) {
     byte from;           /* where its plan's claims start (its plan record) */
     byte ctl_from;       /* SPLIT_LOG: its plan record in the control log */
     bool announced;      /* SPLIT_LOG: an ANNOUNCE of its task was read in the control log */
+    byte known;          /* SPLIT_LOG with PROGRESS: SAME, OTHER or UNKNOWN (LAST_COMMIT) */
+    byte so;             /* UPGRADE: offset of its CLAIM in the shared topic */
+    bool sclaimed;       /* UPGRADE: that CLAIM is there and not released */
+    bool sread;          /* UPGRADE: it reads the shared topic up to so */
     byte o;              /* offset of its CLAIM */
     bool claimed;        /* its CLAIM is in the topic and not released */
     byte fence;          /* bit t set: transactional id t is to be fenced before going on */
@@ -384,6 +490,20 @@ produce:
 
 claim:
 #ifndef NO_CLAIMS
+#if defined(SPLIT_LOG) && defined(PROGRESS)
+#ifdef UPGRADE
+    if
+    :: LEGACY_RUN(qrun) -> goto legacy_claim
+    :: else -> skip
+    fi;
+#endif
+    /* 0. Read the task's last committed progress, without waiting for an open transaction. */
+    atomic {
+        known = LAST_COMMIT(qrun);
+        printf("A%d: last commit by run %d (format 1: %d, settled: %d): SAME/OTHER/UNKNOWN = %d\n", me, Crun,
+               Clegacy, NO_PENDING, known)
+    }
+#endif
 #ifdef SPLIT_LOG
     /* 3a. An attempt that is not the first of its plan appends ANNOUNCE to the control log (acks=all)
      * before its claim: a first attempt whose claim lands earlier then finds it in the control
@@ -417,6 +537,24 @@ claim:
     :: goto failed
     fi;
     CRASH_POINT;
+#ifdef UPGRADE
+    /* 3d. UNKNOWN: a claim in the shared topic as well, where format 1's attempts claim, so that one
+     * of them that claims later finds it (MUTANT: the shared topic read below without it). */
+    if
+    :: known == UNKNOWN ->
+#ifdef MUTANT_SHARED_UNCLAIMED
+        so = shared_end - 1; sread = true
+#else
+        if
+        :: atomic { so = shared_end; shared[so] = ENTRY(CLAIM, me, id); shared_end++; sclaimed = true; sread = true;
+                    printf("A%d: CLAIM(epoch %d, t%d) at shared offset %d\n", me, me, id, so) }
+        :: goto failed
+        fi;
+        CRASH_POINT
+#endif
+    :: else -> skip
+    fi;
+#endif
 #if defined(MUTANT_EARLY_STABLE_READ) || defined(EARLY_STABLE_READ)
     /* Step 5, the stable read, sent as soon as the claim is acknowledged, beside the claims read (4)
      * and the fences (4b); its answer is used (6) once those are done. MUTANT: always;
@@ -434,7 +572,7 @@ claim:
      * Nothing: no other attempt of its task claimed before it, and any that claims later reads
      * its claim; it goes on without reading the claims log. */
     if
-    :: !FIRST_OF_PLAN(me) || RUN_START(me) -> goto claims_scan
+    :: !FIRST_OF_PLAN(me) || NOT_SAME -> goto claims_scan
     :: else -> skip
     fi;
 #ifndef MUTANT_CONTROL_BEFORE_CLAIM
@@ -447,38 +585,22 @@ claim:
 claims_scan:
 #endif
 
-    /* 4. Read the claims from its plan's record up to and including o. Every record below o was
-     * acknowledged before o was assigned, so what it reads is fixed: one step, however many
-     * fetches. A CLAIM with a higher epoch: this attempt is stale. A CLAIM with a lower epoch
-     * under another transactional id and no RELEASE of it (a RELEASE comes after its CLAIM):
-     * that attempt may still commit, its id is to be fenced. A CLAIM of another run is neither:
-     * the plan offsets of two runs need not follow the order in which they joined the group. */
+    /* 4. Read the claims from its plan's record (progress attempts not SAME: from the look-back) up
+     * to and including o (scan_claims). */
+#if defined(SPLIT_LOG) && defined(PROGRESS)
     if
-    :: d_step {
-           i = from;
-           do
-           :: i > o -> break
-           :: else ->
-               if
-               :: KIND(claims[i]) == CLAIM && SAME_RUN(EPOCH(claims[i]), qrun) && EPOCH(claims[i]) > me ->
-                   stale = true
-               :: KIND(claims[i]) == CLAIM && SAME_RUN(EPOCH(claims[i]), qrun) && EPOCH(claims[i]) < me &&
-                  TXNID(claims[i]) != id ->
-                   j = from;
-                   do
-                   :: j > o -> fence = fence | (1 << TXNID(claims[i])); break
-                   :: j <= o && claims[j] == ENTRY(RELEASE, EPOCH(claims[i]), TXNID(claims[i])) -> break
-                   :: else -> j++
-                   od
-               :: else -> skip
-               fi;
-               i++
-           od;
-           i = 0; j = 0;
-           printf("A%d: read claims %d..%d: stale=%d, ids to fence (bit mask)=%d\n", me, from, o, stale, fence)
-       }
-    :: goto failed
+    :: known != SAME -> from = 0
+    :: else -> skip
     fi;
+#endif
+    scan_claims(0, from, o);
+#ifdef UPGRADE
+    if
+    :: sread -> scan_claims(1, 0, so)  /* 4d. the shared topic from the look-back */
+    :: else -> skip
+    fi;
+scanned:
+#endif
 #ifdef MUTANT_NO_STALE
     stale = false;       /* MUTANT: a stale attempt goes on */
 #endif
@@ -509,6 +631,19 @@ fenced:
     goto produce;
 #else
     goto claimed_and_produced;
+#endif
+
+#ifdef UPGRADE
+legacy_claim:
+    /* Run 1 is format 1's: it claims in the shared topic and reads it from the look-back. */
+    if
+    :: atomic { so = shared_end; shared[so] = ENTRY(CLAIM, me, id); shared_end++; sclaimed = true;
+                printf("A%d: CLAIM(epoch %d, t%d) at shared offset %d\n", me, me, id, so) }
+    :: goto failed
+    fi;
+    CRASH_POINT;
+    scan_claims(1, 0, so);
+    goto scanned;
 #endif
 
 after_claims:
@@ -572,7 +707,7 @@ decide:
 #else
            :: CURRENT(id, my_pe) && MEMBER_OK(qrun) ->
 #endif
-                pending[id] = batch; printf("A%d: sent offset %d to its transaction\n", me, batch)
+                pending[id] = batch; RECORD_RUN(id); printf("A%d: sent offset %d to its transaction\n", me, batch)
            :: !CURRENT(id, my_pe) -> printf("A%d: send offsets: PRODUCER_FENCED\n", me); goto failed
            :: else -> printf("A%d: send offsets: FENCED_INSTANCE_ID (a newer run owns the group)\n", me); goto failed
            fi
@@ -650,6 +785,16 @@ release:
         }
     :: else -> skip
     fi;
+#ifdef UPGRADE
+    if
+    :: sclaimed ->
+        atomic {
+            shared[shared_end] = ENTRY(RELEASE, me, id); shared_end++; sclaimed = false;
+            printf("A%d: RELEASE(epoch %d, t%d) at shared offset %d\n", me, me, id, shared_end - 1)
+        }
+    :: else -> skip
+    fi;
+#endif
 #ifdef CRASHES
     goto done;
 crashed:
@@ -662,6 +807,9 @@ done:
 init {
     atomic {
         claims[0] = ENTRY(PLAN, 0, 0);
+#ifdef UPGRADE
+        shared[0] = ENTRY(PLAN, 0, 0);
+#endif
         run Attempt(1, 1, 1, 1);
 #if ATTEMPTS >= 2
 #ifdef REUSE_ID

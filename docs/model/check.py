@@ -98,15 +98,23 @@ CONFIGS = (
            "the retry in the first attempt's executor slot"),
     Config("split:3-attempts,release-in-flight", ("ATTEMPTS=3", "RELEASE_IN_FLIGHT", "SPLIT_LOG"), HOLDS,
            "releases in flight with the control log's fast path"),
-    # Progress attempts on it: a run's first plan reads the claims log from the look-back, a later plan's first
-    # attempt the control log only, unless it finds there a plan record of another run.
+    # Progress attempts on it: an attempt whose task last committed in another run reads the claims log from the
+    # look-back; one whose task last committed in its own run takes the fast path as a first attempt, unless it
+    # finds in the control log a plan record after its own.
     Config("split:progress:2-attempts+restart", ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
-           HOLDS, "run 1's first attempt on the control log's fast path, run 2's first plan reading the look-back"),
+           HOLDS, "run 1's first attempt on the control log's fast path, run 2's attempt reading the look-back"),
     Config("split:progress:2-attempts+restart,crashes",
            ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "CRASHES"), HOLDS,
            "the same with attempts dying anywhere: once run 2's attempt succeeded, none of theirs is open"),
     Config("split:progress:2-attempts+batch-2", ("ATTEMPTS=2", "BATCH2", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
            HOLDS, "batch 2's first attempt on the fast path while a batch-1 zombie claims"),
+    # An upgrade onto it: run 1 is an earlier version's on format 1's shared topic.
+    Config("split:progress:upgrade:2-attempts+restart",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "UPGRADE"), HOLDS,
+           "run 2's attempt, its task last committed on format 1, claims and reads in both topics"),
+    Config("split:progress:upgrade:2-attempts+restart,crashes",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "UPGRADE", "CRASHES"), HOLDS,
+           "the same with attempts dying anywhere: once run 2's attempt succeeded, none of theirs is open"),
     # The stable read sent beside the claims read, read again after any fence (a lever on a task's time).
     Config("early-read:2-attempts", ("ATTEMPTS=2", "EARLY_STABLE_READ"), HOLDS,
            "the stable read beside the claims read, read again when the attempt fenced an id"),
@@ -141,10 +149,17 @@ CONFIGS = (
            "a retry that claims without announcing itself: the first attempt does not read its claim"),
     Config("mutant:split-progress-run-start-fast",
            ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_RUN_START_FAST"), VIOLATION,
-           "a new run's first progress plan on the control log's fast path: it misses run 1's claim"),
-    Config("mutant:split-progress-other-run-ignored",
-           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_OTHER_RUN_IGNORED"), VIOLATION,
+           "a progress attempt on the fast path whatever run last committed its task: it misses run 1's claim"),
+    Config("mutant:split-progress-later-plan-ignored",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_LATER_PLAN_IGNORED"), VIOLATION,
            "a run-1 attempt that claims after run 2 read its claims and ignores run 2's plan record"),
+    Config("mutant:split-progress-upgrade-pipeline-only",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "UPGRADE", "MUTANT_UPGRADE_PIPELINE_ONLY"),
+           VIOLATION, "after an upgrade, run 2's attempt reads only its pipeline's claims log: it misses run 1's claim"),
+    Config("mutant:split-progress-upgrade-shared-unclaimed",
+           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "UPGRADE", "MUTANT_SHARED_UNCLAIMED"),
+           VIOLATION, "run 2's attempt reads the shared topic without claiming there: a run-1 attempt claiming later "
+           "misses it"),
     Config("mutant:split-control-before-claim", ("ATTEMPTS=2", "SPLIT_LOG", "MUTANT_CONTROL_BEFORE_CLAIM"), VIOLATION,
            "a first attempt that reads the control log before appending its claim"),
 )
