@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pyspark_eos.kafka.options import DEFAULT_CLAIMS_TOPIC
+from pyspark_eos.protocol.claims_layout import PIPELINE_PARTITIONS, pipeline_topic
 from pyspark_eos.sink.task_progress import group_prefix
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
@@ -31,10 +33,8 @@ class FileCopy:
         self.bootstrap = kafka.bootstrap_servers
         self.input = tmp_path / "input"
         self.input.mkdir(parents=True)
-        for number in range(files):
-            ids = range(number * PER_FILE, (number + 1) * PER_FILE)
-            (self.input / f"part-{number:03d}.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
-        self.expected = list(range(files * PER_FILE))
+        self.expected: list[int] = []
+        self.add_files(files)
         self.output = create_topic(self.bootstrap, unique_name("any-out"), partitions=2)
         self.checkpoint = str(tmp_path / "checkpoint")
         self.prefix = unique_name("any")
@@ -51,13 +51,29 @@ class FileCopy:
 
     def progress(self) -> dict[str, int]:
         """The committed progress (batch id + 1) of each of the query's progress groups."""
+        return {g: committed_offsets(self.bootstrap, g, DEFAULT_CLAIMS_TOPIC, 1)[0] for g in self._groups()}
+
+    def progress_records(self, claims_topic: str) -> list[dict]:
+        """What each of the query's progress groups stored with its committed progress."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        request = [ConsumerGroupTopicPartitions(g, [TopicPartition(claims_topic, 0)]) for g in self._groups()]
+        return [json.loads(admin.list_consumer_group_offsets([one], require_stable=True)[one.group_id].result(30)
+                           .topic_partitions[0].metadata) for one in request]
+
+    def _groups(self) -> list[str]:
         query_id = json.loads((Path(self.checkpoint) / "metadata").read_text())["id"]
         prefix = group_prefix(self.prefix, query_id)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})  # alive until its answer is in
         listing = admin.list_consumer_groups().result(30)
         assert not listing.errors, listing.errors
-        groups = [g.group_id for g in listing.valid if g.group_id.startswith(prefix)]
-        return {g: committed_offsets(self.bootstrap, g, DEFAULT_CLAIMS_TOPIC, 1)[0] for g in groups}
+        return [g.group_id for g in listing.valid if g.group_id.startswith(prefix)]
+
+    def add_files(self, files: int) -> None:
+        first = len(self.expected) // PER_FILE
+        for number in range(first, first + files):
+            ids = range(number * PER_FILE, (number + 1) * PER_FILE)
+            (self.input / f"part-{number:03d}.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+        self.expected = list(range((first + files) * PER_FILE))
 
     def batches(self, log: str) -> set[str]:
         return logged_batches(self.checkpoint, log)
@@ -93,6 +109,30 @@ def test_a_worker_killed_before_its_commit_loses_and_duplicates_nothing(spark_cl
     assert sorted(copy.progress().values()) == [last_batch + 1] * 2
     if source == "files":
         assert last_batch == 2
+
+
+def test_a_stream_named_by_its_checkpoint_claims_in_a_topic_of_its_own_and_its_progress_names_its_run(
+        spark, kafka, tmp_path):
+    copy = FileCopy(kafka, tmp_path, files=4)
+    shared = unique_name("claims")  # the shared topic, this test's own: no other pipeline's records in it
+    own = pipeline_topic(shared, f"checkpoint {copy.checkpoint}")
+    runs, shared_records = [], []
+    for _ in range(2):  # a restart: the second run's tasks find the first run's commits
+        query = copy.writer(spark, files_per_batch=2, claimsTopic=shared).start()
+        assert query.awaitTermination(300), "the query did not finish"
+        runs.append(str(query.runId))
+        shared_records.append([json.loads(r.value) for r in read_committed(copy.bootstrap, shared)])
+        copy.add_files(2)
+    copy.expected = copy.expected[:-2 * PER_FILE]  # the files added after the last run
+    assert_each_once(copy.output_ids(), copy.expected)
+    kinds = {json.loads(r.value)["kind"] for r in read_committed(copy.bootstrap, own, partitions=PIPELINE_PARTITIONS)}
+    assert {"plan", "claim", "release"} <= kinds
+    # Only each task's first batch claimed in the shared topic as well (nothing committed before it);
+    # the restarted run's tasks found their last commit on the pipeline's own log.
+    assert shared_records[0] and {r["kind"] for r in shared_records[0]} == {"claim", "release"}
+    assert all(r["task"].startswith("batch 0,") for r in shared_records[0])
+    assert shared_records[1] == shared_records[0]
+    assert [(r["topic"], r["run"], r["batch"]) for r in copy.progress_records(shared)] == [(own, runs[1], 2)] * 2
 
 
 def _run_with_zombie(spark, kafka, tmp_path, fencing: bool) -> FileCopy:

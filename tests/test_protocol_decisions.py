@@ -13,7 +13,9 @@ from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministi
                                 StaleAttemptError, UnassignedPartitionError)
 from pyspark_eos.kafka.group_offsets import Committed, FetchAttempt
 from pyspark_eos.protocol.claims_log import PlanRecord
-from pyspark_eos.protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
+from pyspark_eos.protocol.claims_layout import CLAIMS_PARTITION
+from pyspark_eos.protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim, PlanMark
+from pyspark_eos.protocol.commit_metadata import stored_metadata
 from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.protocol.group_stamp import GroupStamp
 from pyspark_eos.protocol.offset_range import OffsetRange
@@ -25,6 +27,7 @@ from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, early_r
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
+from pyspark_eos.sink.progress_claims import EarlierLog, LastCommit, ProgressReading, progress_reading
 from pyspark_eos.sink.task_progress import ProgressKey, committed_plan, progress_metadata
 from pyspark_eos.sink.transactional_id_factory import SlotHolder
 
@@ -48,7 +51,7 @@ OWN = claim(10, 7, "t-own", 20)
 
 def test_claim_first_a_transaction_opened_soon_after_the_claim_goes_on_and_a_late_one_does_not():
     from pyspark_eos.sink.attempt_fencing import OPEN_AFTER_CLAIM_S, Instant, opened_in_time
-    from pyspark_eos.sink.writer import LOOKBACK_MARGIN_MS
+    from pyspark_eos.sink.attempt_fencing import LOOKBACK_MARGIN_MS
 
     claimed = Instant(wall=5000.0, monotonic=100.0)
     assert opened_in_time(claimed, Instant(5000.2, 100.2))
@@ -146,6 +149,16 @@ def test_step4_an_id_whose_holder_was_initialized_after_the_claim_is_not_fenced_
     assert not initialized_since(third, "claims", ("claims", 14))
 
 
+def test_step4_on_layout_2_a_holders_record_is_a_claims_log_offset_not_its_plans_control_log_offset():
+    # A named progress pipeline's plan record is at control offset 40, its claims start at 300: a
+    # claim at 250 of the claims log was appended before the holder's producer, one at 320 may not be.
+    plan = PlanRecord("claims.checkpoint_ck-0123", 40, claims_from=300)
+    assert plan.appended_before_its_tasks == ("claims.checkpoint_ck-0123", 299)
+    assert initialized_since(claim(10, 5, "t", 250), plan.topic, plan.appended_before_its_tasks)
+    assert not initialized_since(claim(10, 5, "t", 320), plan.topic, plan.appended_before_its_tasks)
+    assert PlanRecord("claims", 20, since=5).appended_before_its_tasks == ("claims", 20)
+
+
 def test_a_slots_lock_file_names_its_holder_and_what_its_producer_was_initialized_after():
     assert SlotHolder.parse("") == SlotHolder("")
     # A lease whose producer failed, or one of a version that recorded nothing more: not made.
@@ -214,6 +227,66 @@ def test_step4a_an_announcement_of_another_attempt_of_its_task_sends_a_first_att
     own = claim(10, 5, "t1", 3)
     assert needs_claims_read(own, True, [claim(10, 6, "t2", 1, kind=ANNOUNCE)])  # a retry
     assert needs_claims_read(own, True, [claim(8, 2, "t2", 1, kind=ANNOUNCE)])  # an earlier plan's retry
+
+
+def test_step4a_later_plan_a_plan_record_after_its_own_sends_a_progress_first_attempt_to_the_claims_log():
+    own = claim(10, 5, "t1", 3)
+    assert needs_claims_read(own, True, [PlanMark(10), PlanMark(14)], progress=True)  # another run's, perhaps
+    assert not needs_claims_read(own, True, [PlanMark(10)], progress=True)  # its own plan's record
+    assert not needs_claims_read(own, True, [PlanMark(14)])  # with a group, generations fence other runs
+
+
+# --------------------------------------- attempt_fencing.pml, SPLIT_LOG with PROGRESS: LAST_COMMIT
+
+PIPELINE_PLAN = PlanRecord("claims.checkpoint_ck-0123", 40, claims_from=300)
+EARLIER_PLAN = PlanRecord("claims.checkpoint_ck-0123", 31, claims_from=250)
+
+
+def test_a_pipeline_without_a_group_is_named_by_its_checkpoint_option_or_its_txn_app_id_and_topic():
+    base = {"kafka.bootstrap.servers": "b:9092", "topic": "out"}
+    assert SinkOptions.parse({**base, "checkpointLocation": "/ck/q1"}).pipeline == "checkpoint /ck/q1"
+    assert SinkOptions.parse({**base, "txnAppId": "app", "txnVersion": "3"}).pipeline == "txnAppId app out"
+    assert SinkOptions.parse({**base, "kafka.group.id": "g", "checkpointLocation": "/ck"}).pipeline == "g"
+    assert SinkOptions.parse(base).pipeline is None  # no name: the shared topic (layout 1)
+    at_least_once = {**base, "checkpointLocation": "/ck/q1", "deliveryGuarantee": "at-least-once"}
+    assert SinkOptions.parse(at_least_once).pipeline is None  # no claims at all
+
+
+def _committed(plan: PlanRecord, run: str | None) -> Committed:
+    return Committed(8, progress_metadata(7, "q-1", _digest([_columns([b"a"])]), plan, run))
+
+
+def test_last_commit_same_run_on_the_pipelines_log_takes_the_fast_path_from_that_commits_claims():
+    reading = progress_reading(_committed(EARLIER_PLAN, "run-2"), "run-2", PIPELINE_PLAN, "claims")
+    assert reading == ProgressReading(LastCommit.SAME, claims_not_before=250) and reading.fast_path
+
+
+def test_last_commit_another_run_reads_the_claims_log_from_the_lookback_but_not_before_that_commit():
+    reading = progress_reading(_committed(EARLIER_PLAN, "run-1"), "run-2", PIPELINE_PLAN, "claims")
+    assert reading == ProgressReading(LastCommit.OTHER, claims_not_before=250) and not reading.fast_path
+    # A batch write has no run: never the fast path, even against its own job group's commit.
+    assert progress_reading(_committed(EARLIER_PLAN, None), None, PIPELINE_PLAN, "claims").last is LastCommit.OTHER
+
+
+def test_last_commit_unknown_claims_in_the_shared_topic_too():
+    never = progress_reading(NEVER, "run-2", PIPELINE_PLAN, "claims")
+    held = progress_reading(None, "run-2", PIPELINE_PLAN, "claims")  # an open transaction held the offset
+    assert never == held == ProgressReading(LastCommit.UNKNOWN, earlier=EarlierLog("claims", 0))
+    # Committed on layout 1 (an earlier version, or this pipeline before it had a name): from that plan on.
+    layout1 = progress_reading(_committed(PlanRecord("claims", 90, since=70), None), "run-2", PIPELINE_PLAN, "claims")
+    assert layout1 == ProgressReading(LastCommit.UNKNOWN, earlier=EarlierLog("claims", 0, not_before=90))
+    # Committed on another pipeline's log (its checkpoint moved): that log's claims, from that commit's.
+    moved = PlanRecord("claims.checkpoint_old-4567", 12, claims_from=80)
+    assert progress_reading(_committed(moved, "run-1"), "run-2", PIPELINE_PLAN, "claims") == ProgressReading(
+        LastCommit.UNKNOWN, earlier=EarlierLog("claims.checkpoint_old-4567", CLAIMS_PARTITION, not_before=80))
+
+
+def test_a_progress_record_on_layout_2_names_no_plan_an_earlier_version_could_take_for_the_shared_topics():
+    # 0.1.0 reads "plan" as an offset of the shared topic to read claims from: a control log's
+    # offset there could skip claims. Layout 2's record names its plan under other fields.
+    stored = _committed(EARLIER_PLAN, "run-1")
+    assert committed_plan(stored) is None and "plan" not in stored_metadata(stored.metadata)
+    assert committed_plan(_committed(PlanRecord("claims", 90, since=70), None)) == 90
 
 
 def test_step4a_announcements_of_other_inputs_groups_instances_or_its_own_copy_do_not():

@@ -1,12 +1,13 @@
 """Where the claims protocol's records live: which topic and partition each kind goes to.
 
-Layout 1 (eos-kafka 0.1.0, and progress records today): one topic (``claimsTopic``,
+Layout 1 (eos-kafka 0.1.0, and pipelines without a group or a name): one topic (``claimsTopic``,
 ``eos-kafka-claims`` by default) with one partition, shared by every pipeline of a cluster. An
-attempt reads every record from its plan's record to its own claim, whoever appended it: its read
-grows with the tasks of its batch and with the pipelines of the cluster.
+attempt reads every record from its plan's record (or look-back) to its own claim, whoever appended
+it: its read grows with the tasks of its batch and with the pipelines of the cluster.
 
-Layout 2 (pipelines with a consumer group): a topic of each pipeline's own, named after
-``claimsTopic`` and the group (``pipeline_topic``), with two partitions:
+Layout 2 (pipelines with a consumer group, or a name: sink/options ``SinkOptions.pipeline``): a
+topic of each pipeline's own, named after ``claimsTopic`` and the group or name
+(``pipeline_topic``), with two partitions:
 
 - the **control log** (partition 0): the driver's plan records and generation stamps, and the
   ANNOUNCE record an attempt appends before its claim when it is not the first attempt of its
@@ -18,7 +19,8 @@ its plan's record to the end (a handful of records a batch), and the claims log 
 ANNOUNCE of its task is there. Any other attempt reads the claims log from where its plan's
 claims start (``PlanRecord.claims_from``) to its own claim, as every attempt did in layout 1. Of a
 first attempt and a retry, one always sees the other: each appends to one log before it reads the
-other (docs/model, SPLIT_LOG). No pipeline reads another's records.
+other (docs/model, SPLIT_LOG). No pipeline reads another's records, except that a progress attempt
+whose task last committed on layout 1 also claims and reads there (sink/progress_claims).
 """
 from __future__ import annotations
 

@@ -58,6 +58,13 @@ class PlanRecord:
     def claims_partition(self) -> int:
         return claims_partition(self.split)
 
+    @property
+    def appended_before_its_tasks(self) -> tuple[str, int]:
+        """A record of the topic's claims partition appended before any task of this plan ran: (topic,
+        offset). Layout 1: the plan's own record; layout 2: the claims log's last record when the plan
+        was made (its control log's offsets are another partition's)."""
+        return (self.topic, self.offset if self.claims_from is None else self.claims_from - 1)
+
     def reading_start(self, not_before: int | None = None) -> int:
         """Where an attempt of this plan starts reading claims (never after the plan's claims begin)."""
         own = self.offset if self.claims_from is None else self.claims_from
@@ -105,12 +112,7 @@ class ClaimsLog:
 
     def _offset_at(self, timestamp_ms: int, plan_offset: int) -> int:
         """The first claims offset appended at or after ``timestamp_ms`` (at most ``plan_offset``)."""
-        found = self._reader().offsets_for_times([TopicPartition(self.topic, 0, max(timestamp_ms, 0))],
-                                                 REQUEST_TIMEOUT_S)[0]
-        if found.error is not None:
-            raise KafkaClientError(f"looking up the claims topic {self.topic!r} by time failed: {found.error}; "
-                                   "check that the principal may DESCRIBE and READ it")
-        return plan_offset if found.offset < 0 else min(found.offset, plan_offset)
+        return min(offset_at_time(self._reader(), self.topic, 0, timestamp_ms, plan_offset), plan_offset)
 
     def prepare(self) -> None:
         """Make the producer now, in the background: the membership's first stamp is appended once
@@ -325,6 +327,15 @@ def log_end(consumer: Consumer, topic: str, partition: int) -> int:
         raise KafkaClientError(f"listing the end of the claims topic {topic!r} (partition {partition}) failed: "
                                f"{error.args[0]}; check that the principal may DESCRIBE and READ it") from error
     return end
+
+
+def offset_at_time(consumer: Consumer, topic: str, partition: int, timestamp_ms: int, default: int) -> int:
+    """The first offset of ``partition`` appended at or after ``timestamp_ms`` (``default`` when none is)."""
+    found = consumer.offsets_for_times([TopicPartition(topic, partition, max(timestamp_ms, 0))], REQUEST_TIMEOUT_S)[0]
+    if found.error is not None:
+        raise KafkaClientError(f"looking up the claims topic {topic!r} by time failed: {found.error}; "
+                               "check that the principal may DESCRIBE and READ it")
+    return default if found.offset < 0 else found.offset
 
 
 def _refresh_metadata(consumer: Consumer, topic: str) -> None:

@@ -64,7 +64,9 @@ runs on, and by the monotonic one, which a clock step does not move; a claim who
 is appended again first): its transaction is then aborted by the broker no later than one
 transaction timeout, that bound and the broker's sweep after the claim, which the look-back's
 margin covers with the clocks' skew (docs/model, CLAIM_FIRST). This holds while a restart's
-transaction timeout is not shorter than the dead run's: the look-back is the new run's.
+transaction timeout is not shorter than the dead run's: the look-back is the new run's. A named
+pipeline's progress attempts take layout 2, and read the look-back only when their task's last
+commit was not their own run's (sink/progress_claims decides, from the progress record).
 """
 from __future__ import annotations
 
@@ -82,12 +84,14 @@ from ..kafka.fault_hooks import ANNOUNCEMENTS_OFF, ATTEMPT_FENCING_OFF, RELEASES
 from ..kafka.group_offsets import FetchAttempt
 from ..kafka.held_clients import Held
 from ..protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, claims_partition
-from ..protocol.claims_log import ClaimsClients, PlanRecord, append, await_record, read_claims, read_to_end
+from ..protocol.claims_log import (ClaimsClients, PlanRecord, append, await_record, log_end, offset_at_time,
+                                   read_claims, read_to_end)
 from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.offset_range import TopicPartitionKey
 from .fence_decision import (FenceOutcome, FenceVerdict, decide_fence, early_read_usable, holder_fenced,
                              needs_claims_read)
+from .progress_claims import EarlierLog
 from .transactional_id_factory import current_holder, process_token, slots_name
 
 log = logging.getLogger(__name__)
@@ -97,6 +101,11 @@ log = logging.getLogger(__name__)
 # than half of it once the attempt has enforced it (its fences took long) is appended again.
 OPEN_AFTER_CLAIM_S = 10.0
 RENEW_CLAIM_AFTER_S = OPEN_AFTER_CLAIM_S / 2
+# Beyond the transaction timeout, how far back a progress attempt reads claims: the time an attempt
+# may take from its claim to its transaction opened, the broker's sweep for timed-out transactions
+# (every 10 s by default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew
+# between the hosts whose clocks stamp the claims and the one that looks them up by time.
+LOOKBACK_MARGIN_MS = int(OPEN_AFTER_CLAIM_S * 1000) + 30_000
 
 
 @dataclass(frozen=True)
@@ -121,8 +130,21 @@ def opened_in_time(claimed: Instant, opened: Instant) -> bool:
     return claimed.seconds_until(opened) <= OPEN_AFTER_CLAIM_S
 
 
+class _Enforced:
+    def enforce(self) -> FenceVerdict:
+        raise NotImplementedError
+
+    def enforce_reading_beside(self, read: Callable[[], FetchAttempt | None]) -> FetchAttempt | None:
+        """``enforce``, with ``read`` (one stable read of the group's offsets) sent at once beside it,
+        as soon as the claim is acknowledged (the model's EARLY_STABLE_READ): the attempt's time loses
+        the read's round trips. Its answer when ``early_read_usable`` allows deciding on it; None when
+        the attempt must read again, after the fences."""
+        early, verdict = all_at_once([read, self.enforce])
+        return early if early_read_usable(verdict, early) else None
+
+
 @dataclass
-class AttemptClaim:
+class AttemptClaim(_Enforced):
     """This attempt's claim, appended: ``enforce`` it, and ``release`` it once the attempt's
     transaction has ended either way (also when ``enforce`` refused)."""
 
@@ -134,13 +156,16 @@ class AttemptClaim:
     stamps: tuple[GroupStamp, ...] = ()
     appended: Instant = field(default_factory=Instant.now)  # just before its latest copy was appended
     # Layout 2 (claims_layout): where the task's plan records start in the pipeline's control log
-    # (None in layout 1), and whether this is the first attempt of the task under its plan.
+    # (None in layout 1), and whether this attempt may take the control log's fast path (the first
+    # of the task under its plan, and for a progress attempt, its task last committed in its run).
     control_from: int | None = None
     first_of_plan: bool = False
+    progress: bool = False  # a progress attempt: a later plan record sends it to the claims log too
+    partition: int | None = None  # where the claim is, when not where its layout puts it (an earlier log)
 
     @property
     def claims_partition(self) -> int:
-        return claims_partition(self.control_from is not None)
+        return claims_partition(self.control_from is not None) if self.partition is None else self.partition
 
     def renew_if_old(self) -> None:
         """Append a copy of this claim when the first is older than RENEW_CLAIM_AFTER_S (its fences
@@ -176,23 +201,15 @@ class AttemptClaim:
                 fence(self.clients, zombie, own)
         return verdict
 
-    def enforce_reading_beside(self, read: Callable[[], FetchAttempt | None]) -> FetchAttempt | None:
-        """``enforce``, with ``read`` (one stable read of the group's offsets) sent at once beside it,
-        as soon as the claim is acknowledged (the model's EARLY_STABLE_READ): the attempt's time loses
-        the read's round trips. Its answer when ``early_read_usable`` allows deciding on it; None when
-        the attempt must read again, after the fences."""
-        early, verdict = all_at_once([read, self.enforce])
-        return early if early_read_usable(verdict, early) else None
-
     def _records(self) -> list["Claim | GroupStamp"]:
         """What the fence decision is taken on: the claims from the plans' start to this claim, and
         the stamps recorded since the plans; in layout 2 the claims only when step 4a asks for them."""
         own, consumer, counter = self.claim, self.clients.consumer(), self.clients.read
         if self.control_from is None:
-            return read_claims(consumer, self.topic, self.start, own.offset, own.group, counter=counter)
+            return read_claims(consumer, self.topic, self.start, own.offset, own.group, self.claims_partition, counter)
         control = read_to_end(consumer, self.topic, CONTROL_PARTITION, self.control_from, own.group, counter)
         stamps: list = [r for r in control if isinstance(r, GroupStamp)]
-        if not needs_claims_read(own, self.first_of_plan, control):
+        if not needs_claims_read(own, self.first_of_plan, control, self.progress):
             return stamps
         return stamps + read_claims(consumer, self.topic, self.start, own.offset, own.group, CLAIMS_PARTITION, counter)
 
@@ -229,11 +246,15 @@ class AttemptClaim:
 def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: str,
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
                   transactional_id: str, run_tokens: Iterable[str] = (),
-                  not_before: int | None = None, first_of_plan: bool = False) -> AttemptClaim | None:
+                  not_before: int | None = None, first_of_plan: bool = False,
+                  fast_path: bool = True, progress: bool = False) -> AttemptClaim | None:
     """Append this attempt's claim on the task's input (None while fencing is switched off).
     ``run_tokens``: the run tokens of the plans' group stamps (this instance);
-    ``not_before``: the plan under which the task last committed, if known (progress plans);
-    ``first_of_plan``: the first attempt of the task under its plans (first_attempt_of_plan)."""
+    ``not_before``: where the plan under which the task last committed starts its claims, if known
+    (progress plans);
+    ``first_of_plan``: the first attempt of the task under its plans (first_attempt_of_plan);
+    ``fast_path``: whether, as such, it may read only the control log (progress_claims);
+    ``progress``: a progress attempt (no group)."""
     if switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
@@ -253,7 +274,59 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
     appended = Instant.now()
     own = replace(own, offset=append(clients.producer(), topic, group, own.to_json(), plans[0].claims_partition))
     return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients, appended=appended,
-                        control_from=plans[0].offset if split else None, first_of_plan=split and first_of_plan)
+                        control_from=plans[0].offset if split else None,
+                        first_of_plan=split and first_of_plan and fast_path, progress=progress)
+
+
+@dataclass
+class ClaimInTwoLogs(_Enforced):
+    """A progress attempt's claims in its pipeline's claims log and in the log where an earlier
+    layout's attempts of its task claim (progress_claims: UNKNOWN, the model's step 3d). Each is
+    read up to itself; the attempt goes on only if neither read makes it stale, fencing what
+    either names."""
+
+    pipeline: AttemptClaim
+    earlier: AttemptClaim
+
+    @property
+    def claim(self) -> Claim:
+        return self.pipeline.claim
+
+    @property
+    def appended(self) -> Instant:
+        # The first appended: the attempt's transaction must open soon after each of them.
+        return self.pipeline.appended
+
+    def renew_if_old(self) -> None:
+        self.pipeline.renew_if_old()
+        self.earlier.renew_if_old()
+
+    def enforce(self) -> FenceVerdict:
+        verdicts = [self.pipeline.enforce(), self.earlier.enforce()]  # one consumer: one read at a time
+        fenced = tuple(claim for verdict in verdicts for claim in verdict.to_fence)
+        return replace(verdicts[0], outcome=FenceOutcome.FENCE if fenced else verdicts[0].outcome, to_fence=fenced)
+
+    def release(self) -> None:
+        self.pipeline.release()
+        self.earlier.release()
+
+
+def claim_in_earlier_log(claim: AttemptClaim, earlier: EarlierLog, lookback_ms: int) -> AttemptClaim:
+    """A copy of ``claim`` in ``earlier``, read from its look-back (not before its ``not_before``)
+    up to the copy, as an attempt of the earlier layout reads it. Its order there is that log's end
+    when it looked: newer than any plan made in it before this attempt ran."""
+    clients, own = claim.clients, claim.claim
+    consumer = clients.consumer()
+    end = log_end(consumer, earlier.topic, earlier.partition)
+    start = offset_at_time(consumer, earlier.topic, earlier.partition, int(time.time() * 1000) - lookback_ms, end)
+    if earlier.not_before is not None:
+        start = min(max(start, earlier.not_before), end)
+    copy = replace(own, order=AttemptOrder(end, own.order.attempt), offset=-1)
+    appended = Instant.now()
+    offset = append(clients.producer(), earlier.topic, copy.group, copy.to_json(), earlier.partition)
+    copy = replace(copy, offset=offset)
+    return AttemptClaim(copy, earlier.topic, start, clients, appended=appended, progress=True,
+                        partition=earlier.partition)
 
 
 def first_attempt_of_plan(attempt_number: int, batch_write: bool) -> bool:

@@ -10,6 +10,8 @@ decide, send).
 """
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, replace
 
 from confluent_kafka import TopicPartition
@@ -17,18 +19,22 @@ from confluent_kafka import TopicPartition
 from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.group_offsets import Committed, fetch_committed_once
 from ..kafka.held_clients import Held
-from ..protocol.claims_log import PlanRecord
+from ..protocol.claims_layout import CLAIMS_PARTITION
+from ..protocol.claims_log import PlanRecord, offset_at_time
 from ..protocol.commit_metadata import partition_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.handover import Provenance
 from ..protocol.offset_range import TopicPartitionKey
-from .attempt_fencing import AttemptClaim, claim_attempt, claims_clients_for
+from .attempt_fencing import AttemptClaim, ClaimInTwoLogs, claim_attempt, claim_in_earlier_log, claims_clients_for
 from .commit_decision import NEVER, CommitDecision, CommitPlan, commit_plan, decide_input_commit, decide_progress_commit
 from .idempotent_writes import ProgressTarget
 from .producer_pool import WorkerProducer, admin_for
+from .progress_claims import progress_reading
 from .rebalance import under_current_generation
 from .task_info import TaskInfo
 from .task_progress import ProgressKey, RecordDigest, committed_plan, group_metadata, progress_metadata
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,8 @@ class TaskProgress:
     plan: PlanRecord
     task: TaskInfo
     digest: RecordDigest
+    lookback_ms: int = 0  # how far back an attempt reads claims that nothing else fences
+    first_of_plan: bool = False  # the first attempt of its task under its plan (attempt_fencing)
     # Claimed before the first record opens its transaction: a later run's attempt of the task then
     # finds every transaction of this one that may be open, and fences it (attempt_fencing).
     claims_first = True
@@ -120,11 +128,36 @@ class TaskProgress:
         # Nothing to make visible and nothing to record (an empty attempt never claimed).
         return self if count else None
 
-    def claim(self, held: Held, worker: WorkerProducer) -> AttemptClaim | None:
-        key = self.key
-        return claim_attempt(claims_clients_for(held, None), [self.plan], key.claim_group, key.claim_partitions,
-                             self.task.task_attempt_id, self.task.describe(), worker.transactional_id,
-                             not_before=_last_committed_plan(held, key))
+    @property
+    def run(self) -> str | None:
+        """The streaming query's run (progress_claims); a batch write has none."""
+        return None if self.target.versioned else self.task.run_id
+
+    def claim(self, held: Held, worker: WorkerProducer) -> AttemptClaim | ClaimInTwoLogs | None:
+        key, task, clients = self.key, self.task, claims_clients_for(held, None)
+        last = _last_commit(held, key)
+        if not self.plan.split:  # layout 1: the shared topic, read from the plan's look-back
+            return claim_attempt(clients, [self.plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
+                                 task.describe(), worker.transactional_id,
+                                 not_before=None if last is None else committed_plan(last))
+        reading = progress_reading(last, self.run, self.plan, key.topic)
+        plan = self.plan if reading.fast_path else self._from_lookback(clients)
+        own = claim_attempt(clients, [plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
+                            task.describe(), worker.transactional_id, not_before=reading.claims_not_before,
+                            first_of_plan=self.first_of_plan, fast_path=reading.fast_path, progress=True)
+        if own is None or reading.earlier is None:
+            return own
+        log.info("%s: its task's last commit is not on this pipeline's claims log (none yet, held by an open "
+                 "transaction, or an earlier version's): claiming in %s [%d] as well", task.describe(),
+                 reading.earlier.topic, reading.earlier.partition)
+        return ClaimInTwoLogs(own, claim_in_earlier_log(own, reading.earlier, self.lookback_ms))
+
+    def _from_lookback(self, clients) -> PlanRecord:
+        """The plan, its claims read from the look-back: claims of another run that may still commit."""
+        plan = self.plan
+        since = offset_at_time(clients.consumer(), plan.topic, CLAIMS_PARTITION,
+                               int(time.time() * 1000) - self.lookback_ms, plan.claims_from)
+        return replace(plan, since=since)
 
     def under(self, claim: AttemptClaim | None) -> "TaskProgress":
         return self
@@ -143,7 +176,7 @@ class TaskProgress:
 
     def sends(self, held: Held) -> list[OffsetsToSend]:
         target, key = self.target, self.key
-        metadata = progress_metadata(target.version, target.scope, self.digest, self.plan)
+        metadata = progress_metadata(target.version, target.scope, self.digest, self.plan, self.run)
         return [OffsetsToSend([TopicPartition(key.topic, 0, target.version + 1, metadata=metadata)],
                               group_metadata(held, key.group_id))]
 
@@ -174,8 +207,8 @@ def deliver(producer, timeout_s: float, what: str = "record(s) of this task") ->
                                "are reachable")
 
 
-def _last_committed_plan(held: Held, key: ProgressKey) -> int | None:
-    """The plan under which the task last committed, read without waiting for an open transaction
-    (None then: the attempt reads its plan's whole lookback of claims)."""
+def _last_commit(held: Held, key: ProgressKey) -> Committed | None:
+    """The task's last committed progress, read without waiting for an open transaction (None
+    then: the attempt reads its plan's whole look-back of claims)."""
     attempt = fetch_committed_once(admin_for(held), key.group_id, [key.partition])
-    return committed_plan(attempt.commits.get(key.partition, NEVER)) if attempt.settled else None
+    return attempt.commits.get(key.partition, NEVER) if attempt.settled else None

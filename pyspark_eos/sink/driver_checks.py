@@ -88,7 +88,8 @@ def check_sink_can_commit(options: SinkOptions, streaming: bool, timeout_s: floa
     an answer that is no refusal) is logged and left to the tasks."""
     checked = driver_resources.use(options.bootstrap_servers, options.kafka).facts
     key = ("sink can commit", options.transactional_id_prefix, options.group_id, options.txn_app_id,
-           options.claims_topic, options.transaction_timeout_ms, options.delivery_guarantee, streaming)
+           options.claims_topic, options.pipeline, options.transaction_timeout_ms, options.delivery_guarantee,
+           streaming)
     if key in checked:
         return
     scope = id_scope(options.group_id, options.txn_app_id, "" if streaming else None)
@@ -141,7 +142,7 @@ def _check_claims(options: SinkOptions, streaming: bool, timeout_s: float) -> bo
     authorized = _claims_operations(options, timeout_s)
     if authorized == "unknown":
         return False
-    topic = claims_topic_of(options.claims_topic, options.group_id)
+    topic = claims_topic_of(options.claims_topic, options.pipeline)
     message = claims_refusal(topic, options.bootstrap_servers, authorized, claims_operations_needed(options, streaming),
                              None if topic == options.claims_topic else f"{options.claims_topic}.")
     if message is not None:
@@ -155,7 +156,7 @@ def _claims_operations(options: SinkOptions, timeout_s: float):
     did not answer."""
     with files_explained(options.kafka):
         admin, _ = contact_admin(options.kafka, options.bootstrap_servers)
-    topic = claims_topic_of(options.claims_topic, options.group_id)
+    topic = claims_topic_of(options.claims_topic, options.pipeline)
     described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s,
                                       include_authorized_operations=True)
     try:

@@ -52,6 +52,9 @@ class SinkOptions:
     claims_topic: str = DEFAULT_CLAIMS_TOPIC
     txn_app_id: str | None = None
     txn_version: int | None = None
+    # A streaming query's, given with .option() (Spark passes no location set by
+    # spark.sql.streaming.checkpointLocation to a sink): what names a pipeline without a group.
+    checkpoint_location: str | None = None
 
     @property
     def commits_input_offsets(self) -> bool:
@@ -62,6 +65,17 @@ class SinkOptions:
     def records_progress(self) -> bool:
         """Exactly-once without input offsets: a streaming task commits its own progress instead."""
         return self.delivery_guarantee == EXACTLY_ONCE and self.group_id is None
+
+    @property
+    def pipeline(self) -> str | None:
+        """What names the pipeline's own claims topic (layout 2, protocol/claims_layout): its consumer
+        group; for exactly-once without one, a batch write's txnAppId and topic, or the streaming
+        query's checkpointLocation. None: the shared claims topic (layout 1)."""
+        if self.group_id is not None or not self.records_progress:
+            return self.group_id
+        if self.txn_app_id is not None:
+            return f"txnAppId {self.txn_app_id} {self.topic or ''}".rstrip()
+        return f"checkpoint {self.checkpoint_location}" if self.checkpoint_location else None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
@@ -112,6 +126,8 @@ class SinkOptions:
             claims_topic=parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
             txn_app_id=app_id,
             txn_version=version,
+            checkpoint_location=str(options["checkpointlocation"]).strip() or None
+            if options.get("checkpointlocation") is not None else None,
         )
 
 

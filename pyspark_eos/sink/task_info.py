@@ -15,6 +15,9 @@ class TaskInfo:
     batch_id: str | None
     query_id: str | None
     attempt_number: int = -1  # TaskContext.attemptNumber(): 0 for a task's first attempt in its stage attempt
+    # A streaming query's run id: Spark runs each micro-batch's jobs in a job group named by it,
+    # fresh for each start of the query (progress_claims).
+    run_id: str | None = None
 
     @classmethod
     def current(cls) -> "TaskInfo":
@@ -25,7 +28,8 @@ class TaskInfo:
             return cls(-1, -1, None, None)
         return cls(context.taskAttemptId(), context.partitionId(),
                    context.getLocalProperty("streaming.sql.batchId"),
-                   context.getLocalProperty("sql.streaming.queryId"), context.attemptNumber())
+                   context.getLocalProperty("sql.streaming.queryId"), context.attemptNumber(),
+                   context.getLocalProperty("spark.jobGroup.id"))
 
     def describe(self) -> str:
         batch = f"batch {self.batch_id}, " if self.batch_id is not None else ""

@@ -36,6 +36,7 @@ from ..kafka.group_offsets import Committed
 from ..kafka.held_clients import Held
 from ..protocol.claims_log import PlanRecord
 from ..protocol.commit_metadata import dumps as metadata_dumps, stored_metadata
+from .progress_claims import layout2_fields
 from .records import RecordColumns
 
 TopicPartitionKey = tuple[str, int]
@@ -114,14 +115,18 @@ def _as_bytes(value) -> bytes:
     return b"\xff" if value is None else repr(value).encode()  # None apart from b"": a null is not empty
 
 
-def progress_metadata(version: int, scope: str, digest: RecordDigest, plan: PlanRecord) -> str:
-    return metadata_dumps({"batch": version, "query": scope, **digest.as_json(), "plan": plan.offset})
+def progress_metadata(version: int, scope: str, digest: RecordDigest, plan: PlanRecord, run: str | None = None) -> str:
+    """Layout 1: the plan record's offset in the shared topic (``plan``); layout 2: where the plan
+    was and which run committed (progress_claims.layout2_fields)."""
+    where = layout2_fields(plan, run) if plan.split else {"plan": plan.offset}
+    return metadata_dumps({"batch": version, "query": scope, **digest.as_json(), **where})
 
 
 def committed_plan(committed: Committed) -> int | None:
-    """The claims offset of the plan under which the task last committed (None: not known)."""
+    """The shared topic's offset of the plan under which the task last committed on layout 1
+    (None: not known, or committed on layout 2, whose offsets are another topic's)."""
     plan = stored_metadata(committed.metadata).get("plan") if committed.offset is not None else None
-    return plan if isinstance(plan, int) else None
+    return plan if isinstance(plan, int) and not isinstance(plan, bool) else None
 
 
 def group_metadata(held: Held, group_id: str) -> bytes:

@@ -35,7 +35,8 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import PlanRecord
 from ..protocol.handover import collect, release
 from . import worker_resources
-from .attempt_fencing import OPEN_AFTER_CLAIM_S, AttemptClaim, Instant, first_attempt_of_plan, opened_in_time
+from .attempt_fencing import (LOOKBACK_MARGIN_MS, OPEN_AFTER_CLAIM_S, AttemptClaim, ClaimInTwoLogs, Instant,
+                              first_attempt_of_plan, opened_in_time)
 from .commit_decision import CommitDecision, TaskOutcome
 from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgress, deliver
 from .idempotent_writes import batch_write_target, refuse_group_in_foreach_batch, stream_target
@@ -69,7 +70,7 @@ def write_task(records: Iterable[RecordColumns], options: SinkOptions, progress_
     target = _commit_target(options, task, progress_plan, batch_write)  # a write without its key fails here
     context = FailureContext(held, task.batch_id is not None, options.commits_input_offsets, options.records_progress)
     scope = id_scope(options.group_id, options.txn_app_id, task.query_id or None)
-    plan = (progress_plan.topic, progress_plan.offset) if progress_plan is not None else None
+    plan = progress_plan.appended_before_its_tasks if progress_plan is not None else None
     with lease_slot(options.transactional_id_prefix, scope, cached_slot(held)) as lease:
         worker = producer_for(held, lease, options.group_id, plan)
         steps.ended("producer")
@@ -86,7 +87,9 @@ def _commit_target(options: SinkOptions, task: TaskInfo, progress_plan: PlanReco
     if target is None:
         return RecordsOnly()  # a batch write without a key
     key = ProgressKey(options.transactional_id_prefix, target.scope, task.partition_id, options.claims_topic)
-    return TaskProgress(key, target, progress_plan, task, RecordDigest())
+    return TaskProgress(key, target, progress_plan, task, RecordDigest(),
+                        lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS,
+                        first_of_plan=first_attempt_of_plan(task.attempt_number, batch_write))
 
 
 @dataclass
@@ -118,7 +121,7 @@ class _WriteTask:
     context: FailureContext
     stable_offsets_timeout_ms: int
     steps: StepTimes = field(default_factory=StepTimes)
-    claim: AttemptClaim | None = None  # set once claimed: released when the transaction surely ended
+    claim: AttemptClaim | ClaimInTwoLogs | None = None  # set once claimed: released when the transaction surely ended
     claimed: bool = False  # claimed already (with fencing switched off, claim stays None)
     committing: InputOffsets | TaskProgress | None = None  # set once prepared: a failure names it
 

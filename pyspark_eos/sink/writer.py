@@ -15,8 +15,8 @@ from pyspark.sql import datasource
 
 from ..errors import EosKafkaError
 from ..kafka import driver_resources, fault_hooks as faults
-from ..protocol.claims_log import ClaimsLog, PlanRecord
-from .attempt_fencing import OPEN_AFTER_CLAIM_S
+from ..protocol.claims_log import ClaimsLog, PlanRecord, ensure_claims_topic
+from .attempt_fencing import LOOKBACK_MARGIN_MS
 from .commit_decision import TaskOutcome
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
@@ -66,23 +66,25 @@ def _failure_summary(messages, options: SinkOptions, rerun: str) -> str:
     return f"{text} ({_summary(messages)})"
 
 
-# Beyond the transaction timeout: the time an attempt may take from its claim to its transaction
-# opened (attempt_fencing.OPEN_AFTER_CLAIM_S), the broker's sweep for timed-out transactions (every
-# 10 s by default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew
-# between the driver and the executors, whose clocks stamp their claims.
-LOOKBACK_MARGIN_MS = int(OPEN_AFTER_CLAIM_S * 1000) + 30_000
-
-
 def open_progress_plan(options: SinkOptions) -> PlanRecord:
     """The driver's plan record for one micro-batch's write (task_progress): Spark builds the writer
     again for every batch, a replayed one too, so a later run's attempts of a task carry a newer
     plan than any zombie of an earlier run (attempt_fencing). One claims log per driver process
-    and configuration (driver_resources)."""
+    and configuration (driver_resources). A named pipeline's goes to its own control log (layout 2:
+    its tasks find their look-back themselves, progress_claims); any other's to the shared topic,
+    with the look-back its attempts read."""
     held = driver_resources.use(options.bootstrap_servers, options.kafka)
-    claims = held.client(f"claims log {options.claims_topic}",
-                         lambda: ClaimsLog(options.bootstrap_servers, options.kafka, options.claims_topic))
-    return claims.open_plan(f"{options.transactional_id_prefix}.progress",
-                            lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
+    pipeline = options.pipeline
+    claims = held.client(f"claims log {options.claims_topic} {pipeline}", lambda: ClaimsLog(
+        options.bootstrap_servers, options.kafka, options.claims_topic, pipeline))
+    group = f"{options.transactional_id_prefix}.progress"
+    if pipeline is None:
+        return claims.open_plan(group, lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
+    # The tasks' progress offsets are the shared topic's (task_progress), and an attempt whose task
+    # last committed on it claims there too: it must exist.
+    held.fact(f"claims topic {options.claims_topic}",
+              lambda: ensure_claims_topic(options.bootstrap_servers, options.kafka, options.claims_topic) or True)
+    return claims.open_plan(group)
 
 
 class _PlannedWriter:
