@@ -14,7 +14,7 @@ from pyspark_eos.errors import (ConfigurationError, FencedError, NonDeterministi
 from pyspark_eos.kafka.group_offsets import Committed, FetchAttempt
 from pyspark_eos.protocol.claims_log import PlanRecord
 from pyspark_eos.protocol.claims_layout import CLAIMS_PARTITION
-from pyspark_eos.protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim, PlanMark
+from pyspark_eos.protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from pyspark_eos.protocol.commit_metadata import stored_metadata
 from pyspark_eos.protocol.commit_metadata import partition_metadata
 from pyspark_eos.protocol.group_stamp import GroupStamp
@@ -229,13 +229,6 @@ def test_step4a_an_announcement_of_another_attempt_of_its_task_sends_a_first_att
     assert needs_claims_read(own, True, [claim(8, 2, "t2", 1, kind=ANNOUNCE)])  # an earlier plan's retry
 
 
-def test_step4a_later_plan_a_plan_record_after_its_own_sends_a_progress_first_attempt_to_the_claims_log():
-    own = claim(10, 5, "t1", 3)
-    assert needs_claims_read(own, True, [PlanMark(10), PlanMark(14)], progress=True)  # another run's, perhaps
-    assert not needs_claims_read(own, True, [PlanMark(10)], progress=True)  # its own plan's record
-    assert not needs_claims_read(own, True, [PlanMark(14)])  # with a group, generations fence other runs
-
-
 # --------------------------------------- attempt_fencing.pml, SPLIT_LOG with PROGRESS: LAST_COMMIT
 
 PIPELINE_PLAN = PlanRecord("claims.checkpoint_ck-0123", 40, claims_from=300)
@@ -256,15 +249,15 @@ def _committed(plan: PlanRecord, run: str | None) -> Committed:
     return Committed(8, progress_metadata(7, "q-1", _digest([_columns([b"a"])]), plan, run))
 
 
-def test_last_commit_same_run_on_the_pipelines_log_takes_the_fast_path_from_that_commits_claims():
+def test_last_commit_same_run_on_the_pipelines_log_reads_from_the_plans_claims_not_the_lookback():
     reading = progress_reading(_committed(EARLIER_PLAN, "run-2"), "run-2", PIPELINE_PLAN, "claims")
-    assert reading == ProgressReading(LastCommit.SAME, claims_not_before=250) and reading.fast_path
+    assert reading == ProgressReading(LastCommit.SAME, claims_not_before=250) and reading.from_plan
 
 
 def test_last_commit_another_run_reads_the_claims_log_from_the_lookback_but_not_before_that_commit():
     reading = progress_reading(_committed(EARLIER_PLAN, "run-1"), "run-2", PIPELINE_PLAN, "claims")
-    assert reading == ProgressReading(LastCommit.OTHER, claims_not_before=250) and not reading.fast_path
-    # A batch write has no run: never the fast path, even against its own job group's commit.
+    assert reading == ProgressReading(LastCommit.OTHER, claims_not_before=250) and not reading.from_plan
+    # A batch write has no run: never SAME, even against its own job group's commit.
     assert progress_reading(_committed(EARLIER_PLAN, None), None, PIPELINE_PLAN, "claims").last is LastCommit.OTHER
 
 
@@ -332,6 +325,9 @@ def test_step4a_only_a_streaming_writes_attempt_number_0_is_the_first_of_its_pla
     assert not first_attempt_of_plan(1, batch_write=False)  # a retry or a speculative copy
     assert not first_attempt_of_plan(0, batch_write=True)  # a plan of a df.write may run in several jobs
     assert not first_attempt_of_plan(-1, batch_write=False)  # no TaskContext
+    # A progress write may read shuffle output, whose stage Spark attempts again after a fetch
+    # failure with its tasks numbered from 0 again: two "first" attempts would miss each other.
+    assert not first_attempt_of_plan(0, batch_write=False, progress=True)
 
 
 def test_step4_the_groups_stamps_read_on_the_way_are_kept_for_a_rebalance():

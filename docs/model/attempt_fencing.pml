@@ -38,13 +38,15 @@
  *                end; it reads the claims log too (as every attempt did in format 1) only if an
  *                ANNOUNCE of its task is there. Every other attempt (a retry, a speculative copy)
  *                appends an ANNOUNCE to the control log before its claim, and reads the claims log
- *                from its plan's start to its claim. With PROGRESS (no group membership fences an
- *                earlier run) an attempt first reads its task's last committed progress, which names
- *                the run that committed it (Spark's run id) and the layout it was committed on: an
- *                attempt whose task last committed in its own run keeps to the above; any other
- *                (another run, nothing committed, an open transaction in the way) reads the claims
- *                log from the look-back, whatever its attempt number. And a first attempt that
- *                finds in the control log a plan record after its own reads the claims log as well.
+ *                from its plan's start to its claim. With PROGRESS no attempt counts as first (a
+ *                progress write may read shuffle output: a stage Spark attempts again after a fetch
+ *                failure numbers its tasks from 0 again, and PySpark tells a task nothing of its
+ *                stage attempt), so none announces and every one reads the claims log; and as no
+ *                group membership fences an earlier run, an attempt first reads its task's last
+ *                committed progress, which names the run that committed it (Spark's run id) and
+ *                the layout it was committed on: an attempt whose task last committed in its own
+ *                run reads the claims log from its plan's start; any other (another run, nothing
+ *                committed, an open transaction in the way) from the look-back.
  *   UPGRADE      with SPLIT_LOG, PROGRESS and RESTART: run 1 is an earlier version's, on the layout
  *                of format 1 (claims in the one shared topic, read from the look-back to the
  *                claim); batch 0 was committed on it. An attempt whose task last committed on that
@@ -113,18 +115,25 @@
  * other attempt announces itself there first. Attempt 1 is batch 1's first in run 1 (a plan of
  * run 1 after its first: the claims before it are of attempts that ended); the last attempt, of
  * batch 2 or of run 2, is the first of its plan. */
-#if defined(SPLIT_LOG) && !defined(NO_CLAIMS)
+#if defined(SPLIT_LOG) && !defined(NO_CLAIMS) && !defined(PROGRESS)
 #define FIRST_OF_PLAN(me) ((me) == 1 || (me) == NA && NA > ATTEMPTS)
 #else
 #define FIRST_OF_PLAN(me) false
 #endif
+/* Only a pipeline with a first attempt on the fast path needs the other attempts' announcements. */
+#ifdef PROGRESS
+#define ANNOUNCES(me) false
+#else
+#define ANNOUNCES(me) (!FIRST_OF_PLAN(me))
+#endif
 /* SPLIT_LOG with PROGRESS: what an attempt makes of its task's last committed progress, read
  * (without waiting) before it claims. SAME: committed in its own run, on the pipeline's layout:
  * every earlier run's attempt of the task was fenced or refused by the attempt of this run that
- * committed first, so the control log's fast path holds. OTHER: committed by another run on the
- * pipeline's layout: that run's attempts may still claim; read the claims log from the look-back
- * (no group generation fences them). UNKNOWN: nothing committed, an open transaction holding an
- * offset, or a commit on format 1's layout (UPGRADE): as OTHER, and in the shared topic too. */
+ * committed first, so it reads the claims log from its plan's start, as an attempt with a group
+ * does. OTHER: committed by another run on the pipeline's layout: that run's attempts may still
+ * claim; read the claims log from the look-back (no group generation fences them). UNKNOWN:
+ * nothing committed, an open transaction holding an offset, or a commit on format 1's layout
+ * (UPGRADE): as OTHER, and in the shared topic too. */
 #define SAME    1
 #define OTHER   2
 #define UNKNOWN 3
@@ -134,27 +143,13 @@
 #define LEGACY_RUN(r) false
 #endif
 #if defined(MUTANT_RUN_START_FAST)
-/* MUTANT: the fast path whatever run committed last. */
+/* MUTANT: from the plan's start whatever run committed last. */
 #define LAST_COMMIT(r) SAME
 #elif defined(MUTANT_UPGRADE_PIPELINE_ONLY)
 /* MUTANT: a commit on format 1's layout taken for another run's on the pipeline's. */
 #define LAST_COMMIT(r) (!NO_PENDING -> OTHER : (Crun == (r) && !Clegacy -> SAME : OTHER))
 #else
 #define LAST_COMMIT(r) (!NO_PENDING -> UNKNOWN : (Clegacy -> UNKNOWN : (Crun == (r) -> SAME : OTHER)))
-#endif
-/* A progress attempt that finds a plan record after its own in the control log reads the claims
- * log: that plan may be another run's whose attempts read the claims log before this attempt
- * claimed, so this attempt must find their claims itself (a plan of its own run after its own
- * means this attempt is a laggard: the read only costs it). MUTANT: it does not. */
-#if defined(SPLIT_LOG) && defined(PROGRESS)
-#define NOT_SAME (known != SAME)
-#else
-#define NOT_SAME false
-#endif
-#if defined(PROGRESS) && !defined(MUTANT_LATER_PLAN_IGNORED)
-#define LATER_PLAN(x, at) (KIND(x) == PLAN && (at) != ctl_from)
-#else
-#define LATER_PLAN(x, at) false
 #endif
 #if defined(SPLIT_LOG) && defined(CLAIM_FIRST) && !defined(PROGRESS)
 #error "CLAIM_FIRST is how progress attempts run"
@@ -375,7 +370,6 @@ inline read_control() {
                if
                :: KIND(ctl[i]) == ANNOUNCE && SAME_RUN(EPOCH(ctl[i]), qrun) && EPOCH(ctl[i]) != me ->
                    announced = true
-               :: LATER_PLAN(ctl[i], i) -> announced = true
                :: else -> skip
                fi;
                i++
@@ -440,10 +434,11 @@ end_unplanned:
 #endif
         atomic { APPEND_PLAN();
                  printf("driver of run 2: batch 1 planned again at claims offset %d\n", from) }
-#if defined(PROGRESS) && !defined(MUTANT_NO_LOOKBACK)
+#if defined(PROGRESS) && !defined(MUTANT_NO_LOOKBACK) && !defined(SPLIT_LOG)
         /* A progress plan's attempts read back one transaction timeout (and a margin) before it:
          * every claim of run 1 whose transaction may still be open, here all of them. (MUTANT:
-         * from its own plan record only, as a plan of input offsets reads.) */
+         * from its own plan record only, as a plan of input offsets reads.) With SPLIT_LOG each
+         * attempt decides that itself (LAST_COMMIT). */
         from = 0;
 #endif
     :: else -> from = 0
@@ -507,9 +502,10 @@ claim:
 #ifdef SPLIT_LOG
     /* 3a. An attempt that is not the first of its plan appends ANNOUNCE to the control log (acks=all)
      * before its claim: a first attempt whose claim lands earlier then finds it in the control
-     * log, or this attempt's read of the claims log finds that first attempt's claim. */
+     * log, or this attempt's read of the claims log finds that first attempt's claim. (PROGRESS:
+     * no attempt is first, so none announces.) */
     if
-    :: FIRST_OF_PLAN(me) -> skip
+    :: !ANNOUNCES(me) -> skip
 #ifdef MUTANT_NO_ANNOUNCE
     :: else -> skip      /* MUTANT: retries do not announce themselves */
 #else
@@ -572,7 +568,7 @@ claim:
      * Nothing: no other attempt of its task claimed before it, and any that claims later reads
      * its claim; it goes on without reading the claims log. */
     if
-    :: !FIRST_OF_PLAN(me) || NOT_SAME -> goto claims_scan
+    :: !FIRST_OF_PLAN(me) -> goto claims_scan
     :: else -> skip
     fi;
 #ifndef MUTANT_CONTROL_BEFORE_CLAIM

@@ -98,16 +98,15 @@ CONFIGS = (
            "the retry in the first attempt's executor slot"),
     Config("split:3-attempts,release-in-flight", ("ATTEMPTS=3", "RELEASE_IN_FLIGHT", "SPLIT_LOG"), HOLDS,
            "releases in flight with the control log's fast path"),
-    # Progress attempts on it: an attempt whose task last committed in another run reads the claims log from the
-    # look-back; one whose task last committed in its own run takes the fast path as a first attempt, unless it
-    # finds in the control log a plan record after its own.
+    # Progress attempts on it (none counts as first): an attempt whose task last committed in its own run reads the
+    # claims log from its plan's start, any other from the look-back.
     Config("split:progress:2-attempts+restart", ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
-           HOLDS, "run 1's first attempt on the control log's fast path, run 2's attempt reading the look-back"),
+           HOLDS, "run 1's attempts reading from their plan's start, run 2's attempt from the look-back"),
     Config("split:progress:2-attempts+restart,crashes",
            ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "CRASHES"), HOLDS,
            "the same with attempts dying anywhere: once run 2's attempt succeeded, none of theirs is open"),
     Config("split:progress:2-attempts+batch-2", ("ATTEMPTS=2", "BATCH2", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG"),
-           HOLDS, "batch 2's first attempt on the fast path while a batch-1 zombie claims"),
+           HOLDS, "batch 2's attempt reading from its plan's start while a batch-1 zombie claims"),
     # An upgrade onto it: run 1 is an earlier version's on format 1's shared topic.
     Config("split:progress:upgrade:2-attempts+restart",
            ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "UPGRADE"), HOLDS,
@@ -149,10 +148,8 @@ CONFIGS = (
            "a retry that claims without announcing itself: the first attempt does not read its claim"),
     Config("mutant:split-progress-run-start-fast",
            ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_RUN_START_FAST"), VIOLATION,
-           "a progress attempt on the fast path whatever run last committed its task: it misses run 1's claim"),
-    Config("mutant:split-progress-later-plan-ignored",
-           ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "MUTANT_LATER_PLAN_IGNORED"), VIOLATION,
-           "a run-1 attempt that claims after run 2 read its claims and ignores run 2's plan record"),
+           "a progress attempt reading from its plan's start whatever run last committed its task: it misses run 1's "
+           "claim"),
     Config("mutant:split-progress-upgrade-pipeline-only",
            ("ATTEMPTS=2", "RESTART", "PROGRESS", "CLAIM_FIRST", "SPLIT_LOG", "UPGRADE", "MUTANT_UPGRADE_PIPELINE_ONLY"),
            VIOLATION, "after an upgrade, run 2's attempt reads only its pipeline's claims log: it misses run 1's claim"),

@@ -72,14 +72,6 @@ class Claim:
         return not self.run_tokens or not other.run_tokens or bool(self.run_tokens & other.run_tokens)
 
 
-@dataclass(frozen=True)
-class PlanMark:
-    """A plan record, as an attempt reading the control log sees it: a progress attempt that finds
-    one after its own plan's reads the claims log (fence_decision.needs_claims_read)."""
-
-    offset: int
-
-
 def plan_value(group_id: str) -> bytes:
     return _dumps({"kind": PLAN, "group": group_id, "pid": os.getpid()})
 
@@ -92,8 +84,8 @@ def _dumps(record: dict) -> bytes:
     return json.dumps(stamped(record)).encode()
 
 
-def parse_record(value: bytes, offset: int, group: str | None = None) -> "Claim | GroupStamp | PlanMark | None":
-    """The claim, release, stamp or plan mark in one record; None for anything not ours.
+def parse_record(value: bytes, offset: int, group: str | None = None) -> "Claim | GroupStamp | None":
+    """The claim, release or stamp in one record; None for a plan record or anything not ours.
     A record of ``group`` (or of no group it can tell) in a format this version does not read
     raises FormatVersionError; another group's is passed over."""
     try:
@@ -103,8 +95,6 @@ def parse_record(value: bytes, offset: int, group: str | None = None) -> "Claim 
             return _unreadable(data, offset, group)
         if kind == STAMP:
             return GroupStamp.from_json(data)
-        if kind == PLAN:
-            return PlanMark(offset)
         if kind not in (CLAIM, RELEASE, ANNOUNCE):
             return None
         return Claim(kind, data["group"], frozenset((t, p) for t, p in data["partitions"]),

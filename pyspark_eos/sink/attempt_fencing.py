@@ -156,11 +156,9 @@ class AttemptClaim(_Enforced):
     stamps: tuple[GroupStamp, ...] = ()
     appended: Instant = field(default_factory=Instant.now)  # just before its latest copy was appended
     # Layout 2 (claims_layout): where the task's plan records start in the pipeline's control log
-    # (None in layout 1), and whether this attempt may take the control log's fast path (the first
-    # of the task under its plan, and for a progress attempt, its task last committed in its run).
+    # (None in layout 1), and whether this is the first attempt of the task under its plan.
     control_from: int | None = None
     first_of_plan: bool = False
-    progress: bool = False  # a progress attempt: a later plan record sends it to the claims log too
     partition: int | None = None  # where the claim is, when not where its layout puts it (an earlier log)
 
     @property
@@ -209,7 +207,7 @@ class AttemptClaim(_Enforced):
             return read_claims(consumer, self.topic, self.start, own.offset, own.group, self.claims_partition, counter)
         control = read_to_end(consumer, self.topic, CONTROL_PARTITION, self.control_from, own.group, counter)
         stamps: list = [r for r in control if isinstance(r, GroupStamp)]
-        if not needs_claims_read(own, self.first_of_plan, control, self.progress):
+        if not needs_claims_read(own, self.first_of_plan, control):
             return stamps
         return stamps + read_claims(consumer, self.topic, self.start, own.offset, own.group, CLAIMS_PARTITION, counter)
 
@@ -247,14 +245,14 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
                   partitions: Iterable[TopicPartitionKey], task_attempt_id: int, task: str,
                   transactional_id: str, run_tokens: Iterable[str] = (),
                   not_before: int | None = None, first_of_plan: bool = False,
-                  fast_path: bool = True, progress: bool = False) -> AttemptClaim | None:
+                  progress: bool = False) -> AttemptClaim | None:
     """Append this attempt's claim on the task's input (None while fencing is switched off).
     ``run_tokens``: the run tokens of the plans' group stamps (this instance);
     ``not_before``: where the plan under which the task last committed starts its claims, if known
     (progress plans);
     ``first_of_plan``: the first attempt of the task under its plans (first_attempt_of_plan);
-    ``fast_path``: whether, as such, it may read only the control log (progress_claims);
-    ``progress``: a progress attempt (no group)."""
+    ``progress``: a progress attempt: none is first (first_attempt_of_plan), so none announces
+    itself, as no attempt of its pipeline reads announcements."""
     if switched_off(ATTEMPT_FENCING_OFF):
         log.warning("%s: attempt fencing is switched off (fault injection): zombie attempts are not fenced", task)
         return None
@@ -268,14 +266,15 @@ def claim_attempt(clients: ClaimsClients, plans: Iterable[PlanRecord], group: st
                 transactional_id, task, run_tokens=frozenset(t for t in run_tokens if t), slots=slots_name(),
                 holder=process_token())
     split = plans[0].split
-    if split and not first_of_plan and not switched_off(ANNOUNCEMENTS_OFF):
+    if split and not first_of_plan and not progress and not switched_off(ANNOUNCEMENTS_OFF):
         # Step 3a: acknowledged before the claim, so a first attempt that claimed earlier finds it.
         append(clients.producer(), topic, group, replace(own, kind=ANNOUNCE).to_json(), CONTROL_PARTITION)
     appended = Instant.now()
     own = replace(own, offset=append(clients.producer(), topic, group, own.to_json(), plans[0].claims_partition))
+    # A progress attempt reads no control log: no announcement is there for it, nor a stamp.
     return AttemptClaim(own, topic, plans[0].reading_start(not_before), clients, appended=appended,
-                        control_from=plans[0].offset if split else None,
-                        first_of_plan=split and first_of_plan and fast_path, progress=progress)
+                        control_from=plans[0].offset if split and not progress else None,
+                        first_of_plan=split and first_of_plan, partition=plans[0].claims_partition)
 
 
 @dataclass
@@ -325,18 +324,20 @@ def claim_in_earlier_log(claim: AttemptClaim, earlier: EarlierLog, lookback_ms: 
     appended = Instant.now()
     offset = append(clients.producer(), earlier.topic, copy.group, copy.to_json(), earlier.partition)
     copy = replace(copy, offset=offset)
-    return AttemptClaim(copy, earlier.topic, start, clients, appended=appended, progress=True,
-                        partition=earlier.partition)
+    return AttemptClaim(copy, earlier.topic, start, clients, appended=appended, partition=earlier.partition)
 
 
-def first_attempt_of_plan(attempt_number: int, batch_write: bool) -> bool:
+def first_attempt_of_plan(attempt_number: int, batch_write: bool, progress: bool = False) -> bool:
     """Whether a write task's attempt is the first of its task under its plan (layout 2's step 4a).
     Spark numbers a task's attempts from 0 within a stage attempt: a retry or a speculative copy
     has a larger number. A streaming write that commits input offsets runs each plan in one stage
     attempt, as that stage reads no shuffle output whose loss would make Spark attempt it again, and
     a micro-batch runs its write once. A batch ``df.write`` may run its plan in several jobs at once
-    (two actions on one DataFrame): none of its attempts counts as first."""
-    return attempt_number == 0 and not batch_write
+    (two actions on one DataFrame): none of its attempts counts as first. Nor does a progress
+    write's (task_progress), which may read shuffle output: a stage Spark attempts again after a
+    fetch failure numbers its tasks from 0 again, and PySpark tells a task nothing of its stage
+    attempt."""
+    return attempt_number == 0 and not batch_write and not progress
 
 
 def _log_other_instances(claims: tuple[Claim, ...], own: Claim) -> None:

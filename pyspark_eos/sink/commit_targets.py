@@ -25,7 +25,8 @@ from ..protocol.commit_metadata import partition_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.handover import Provenance
 from ..protocol.offset_range import TopicPartitionKey
-from .attempt_fencing import AttemptClaim, ClaimInTwoLogs, claim_attempt, claim_in_earlier_log, claims_clients_for
+from .attempt_fencing import (AttemptClaim, ClaimInTwoLogs, claim_attempt, claim_in_earlier_log, claims_clients_for,
+                              first_attempt_of_plan)
 from .commit_decision import NEVER, CommitDecision, CommitPlan, commit_plan, decide_input_commit, decide_progress_commit
 from .idempotent_writes import ProgressTarget
 from .producer_pool import WorkerProducer, admin_for
@@ -117,7 +118,6 @@ class TaskProgress:
     task: TaskInfo
     digest: RecordDigest
     lookback_ms: int = 0  # how far back an attempt reads claims that nothing else fences
-    first_of_plan: bool = False  # the first attempt of its task under its plan (attempt_fencing)
     # Claimed before the first record opens its transaction: a later run's attempt of the task then
     # finds every transaction of this one that may be open, and fences it (attempt_fencing).
     claims_first = True
@@ -141,10 +141,11 @@ class TaskProgress:
                                  task.describe(), worker.transactional_id,
                                  not_before=None if last is None else committed_plan(last))
         reading = progress_reading(last, self.run, self.plan, key.topic)
-        plan = self.plan if reading.fast_path else self._from_lookback(clients)
+        plan = self.plan if reading.from_plan else self._from_lookback(clients)
         own = claim_attempt(clients, [plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
                             task.describe(), worker.transactional_id, not_before=reading.claims_not_before,
-                            first_of_plan=self.first_of_plan, fast_path=reading.fast_path, progress=True)
+                            first_of_plan=first_attempt_of_plan(task.attempt_number, self.target.versioned, True),
+                            progress=True)
         if own is None or reading.earlier is None:
             return own
         log.info("%s: its task's last commit is not on this pipeline's claims log (none yet, held by an open "

@@ -5,8 +5,7 @@ In the model (docs/model/, step 4): scan the claims of its run from the plan's r
 claim; a newer claim makes it ``stale`` (refuse), each older unreleased claim under another
 transactional id goes into ``fence``. In layout 2 (SPLIT_LOG, step 4a) the first attempt of a
 plan reads its pipeline's control log instead, and scans the claims only if another attempt of its
-task announced itself there, or, for a progress attempt, a later plan was recorded
-(``needs_claims_read``). An attempt that claims after its records
+task announced itself there (``needs_claims_read``). An attempt that claims after its records
 sends its stable read of the group's offsets beside that read, and decides on it only as
 ``early_read_usable`` allows.
 """
@@ -17,7 +16,7 @@ from enum import Enum
 from typing import Iterable
 
 from ..kafka.group_offsets import FetchAttempt
-from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, Claim, PlanMark
+from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, Claim
 from ..protocol.group_stamp import GroupStamp
 from .transactional_id_factory import SlotHolder
 
@@ -53,20 +52,14 @@ def decide_fence(own: Claim, records: Iterable["Claim | GroupStamp"]) -> FenceVe
     return FenceVerdict(outcome, tuple(zombies), other_instances=others, stamps=stamps)
 
 
-def needs_claims_read(own: Claim, first_of_plan: bool, control: Iterable["Claim | GroupStamp | PlanMark"],
-                      progress: bool = False) -> bool:
+def needs_claims_read(own: Claim, first_of_plan: bool, control: Iterable["Claim | GroupStamp"]) -> bool:
     """Step 4a: whether an attempt in layout 2 reads the claims log, given the control log from its
     plans' records to the end listed after its claim was acknowledged. An attempt that is not the
     first of its plan always does. The first one does only if another attempt of its task (its
     group, its input, its instance) announced itself: any announcement acknowledged before the first
     attempt's claim is in what it read, and a retry that announces later claims later too, so its
-    own read of the claims log finds the first attempt's claim. A ``progress`` attempt also reads it
-    when a plan record follows its own (LATER_PLAN): that may be another run's, whose attempts read
-    the claims log before this one claimed, and nothing else fences this one for them."""
+    own read of the claims log finds the first attempt's claim."""
     if not first_of_plan:
-        return True
-    control = list(control)
-    if progress and any(isinstance(r, PlanMark) and r.offset > own.order.plan for r in control):
         return True
     return any(isinstance(r, Claim) and r.kind == ANNOUNCE and r.group == own.group and r.partitions & own.partitions
                and own.same_instance(r) and r.order != own.order for r in control)

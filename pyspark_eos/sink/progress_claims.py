@@ -10,7 +10,9 @@ record anyway, which names the run that committed it and the log its plan's clai
 
 - ``SAME``: its own run committed the task last, on this pipeline's log. The attempt of this run
   that committed the task first was not SAME, so it fenced or outlived every earlier run's
-  attempt: the first attempt of a plan may take the control log's fast path.
+  attempt: the claims log is read from where its plan's claims start, as with a group. (Not the
+  control log's fast path: no progress attempt counts as its task's first,
+  attempt_fencing.first_attempt_of_plan.)
 - ``OTHER``: another run did, on this pipeline's log: read the claims log from the look-back,
   back no further than the plan of that commit (an earlier batch's attempts were fenced by it).
 - ``UNKNOWN``: nothing committed, an open transaction in the way, or a commit on another log (an
@@ -60,7 +62,8 @@ class ProgressReading:
     earlier: EarlierLog | None = None  # UNKNOWN only
 
     @property
-    def fast_path(self) -> bool:
+    def from_plan(self) -> bool:
+        """Whether the claims log is read from the plan's claims on, not from the look-back."""
         return self.last is LastCommit.SAME
 
 

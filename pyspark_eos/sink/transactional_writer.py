@@ -88,8 +88,7 @@ def _commit_target(options: SinkOptions, task: TaskInfo, progress_plan: PlanReco
         return RecordsOnly()  # a batch write without a key
     key = ProgressKey(options.transactional_id_prefix, target.scope, task.partition_id, options.claims_topic)
     return TaskProgress(key, target, progress_plan, task, RecordDigest(),
-                        lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS,
-                        first_of_plan=first_attempt_of_plan(task.attempt_number, batch_write))
+                        lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
 
 
 @dataclass
