@@ -17,6 +17,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourceType)
 
 from pyspark_eos.errors import EosKafkaError
+from pyspark_eos.protocol.claims_layout import PIPELINE_PARTITIONS, pipeline_topic
 from pyspark_eos.sink.driver_checks import check_sink_can_commit
 from pyspark_eos.sink.options import SinkOptions
 from pyspark_eos.testing.embedded_kafka import EmbeddedKafkaCluster
@@ -52,15 +53,23 @@ def allow(cluster, operations: list[str], resource: str, name: str, prefixed: bo
 
 class IdempotentWrite:
     """A batch write with txnAppId over SASL_SSL as the pipeline's user: its ids are
-    ``<prefix>.app-<txnAppId>.*`` and its tasks read and append claims."""
+    ``<prefix>.app-<txnAppId>.*`` and its tasks read and append claims, in the claims topic and in
+    its pipeline's own (created here, as an administrator would, so that its ACLs can be checked)."""
 
     def __init__(self, cluster):
         self.cluster = cluster
         self.output = create_topic(cluster.bootstrap_servers, unique_name("out"))
         self.claims = create_topic(cluster.bootstrap_servers, unique_name("claims"))
         self.prefix, self.app = unique_name("refused"), unique_name("app")
+        self.pipeline_claims = create_topic(cluster.bootstrap_servers,
+                                            pipeline_topic(self.claims, SinkOptions.parse(self.options()).pipeline),
+                                            PIPELINE_PARTITIONS)
         allow(cluster, ["WRITE"], "TOPIC", self.output)
         allow(cluster, ["READ"], "GROUP", f"{self.prefix}.progress.", prefixed=True)
+
+    def allow_claims(self, operations: list[str]) -> None:
+        """``operations`` on the claims topics: ``claimsTopic`` and the ones it prefixes."""
+        allow(self.cluster, operations, "TOPIC", self.claims, prefixed=True)
 
     @property
     def id_prefix(self) -> str:
@@ -92,7 +101,7 @@ class IdempotentWrite:
 
 def test_a_principal_without_the_acl_on_the_transactional_ids_is_refused_naming_it(spark, guarded):
     write = IdempotentWrite(guarded)
-    allow(guarded, ["READ", "WRITE"], "TOPIC", write.claims)
+    write.allow_claims(["READ", "WRITE"])
     write.refused(spark, re.escape(f"the principal may not use the sink's transactional ids {write.id_prefix}* at "
                                    f"{guarded.listener('SASL_SSL')} (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): grant "
                                    f"WRITE on them, e.g. kafka-acls.sh"))
@@ -103,14 +112,14 @@ def test_a_principal_without_the_acls_on_the_claims_topic_is_refused_naming_them
     write = IdempotentWrite(guarded)
     allow(guarded, ["WRITE"], "TRANSACTIONAL_ID", write.id_prefix, prefixed=True)
     if granted:
-        allow(guarded, granted, "TOPIC", write.claims)
-    write.checked(re.escape(f"the principal may not {missing} the claims topic {write.claims!r} at "
-                                   f"{guarded.listener('SASL_SSL')}: grant it"))
+        write.allow_claims(granted)
+    write.checked(re.escape(f"the principal may not {missing} the claims topic {write.pipeline_claims!r} at "
+                            f"{guarded.listener('SASL_SSL')}: grant it"))
 
 
 def test_a_cluster_whose_transaction_coordinator_never_answers_is_refused_saying_why(guarded):
     write = IdempotentWrite(guarded)
     allow(guarded, ["WRITE"], "TRANSACTIONAL_ID", write.id_prefix, prefixed=True)
-    allow(guarded, ["READ", "WRITE"], "TOPIC", write.claims)
+    write.allow_claims(["READ", "WRITE"])
     write.checked(re.escape(f"no transaction coordinator answered at {guarded.listener('SASL_SSL')} within "
                                    f"{CONNECT_TIMEOUT_MS // 1000} s"))

@@ -109,16 +109,25 @@ def test_the_suites_spark_and_kafka_jvms_start_from_their_class_archives():
 
 class _OptionsProbe:
     """A Python data source sink that writes, when Spark builds its stream writer on the driver,
-    the options it was given to the file named by its ``probe`` option."""
+    the options it was given to the file named by its ``probe`` option, and for each write task
+    the job group it runs in to ``<probe>.<taskAttemptId>.task``."""
 
     @staticmethod
     def register(spark) -> None:
         from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
         class Writer(DataSourceStreamWriter):
+            def __init__(self, probe: str):
+                self.probe = probe
+
             def write(self, iterator):
+                from pyspark import TaskContext
+
                 for _ in iterator:
                     pass
+                context = TaskContext.get()
+                Path(f"{self.probe}.{context.taskAttemptId()}.task").write_text(
+                    context.getLocalProperty("spark.jobGroup.id") or "")
                 return WriterCommitMessage()
 
             def commit(self, messages, batchId):
@@ -131,7 +140,7 @@ class _OptionsProbe:
 
             def streamWriter(self, schema, overwrite):
                 Path(self.options["probe"]).write_text(json.dumps({k.lower(): v for k, v in self.options.items()}))
-                return Writer()
+                return Writer(self.options["probe"])
 
         spark.dataSource.register(Probe)
 
@@ -163,3 +172,24 @@ def test_a_streaming_sink_is_given_the_query_checkpoint_location_only_when_set_a
     finally:
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
     assert "checkpointlocation" not in seen and set(seen) == {"probe"}, seen
+
+
+def test_a_streaming_write_task_runs_in_a_job_group_named_by_its_query_run_fresh_at_each_start(spark, tmp_path):
+    # What a progress attempt tells its run by (sink/progress_claims): the job group Spark's stream
+    # execution sets for a run's micro-batches is the run's id, new at each start of the query.
+    _OptionsProbe.register(spark)
+    source = tmp_path / "input"
+    source.mkdir()
+    groups = []
+    for run in range(2):
+        (source / f"part-{run}.json").write_text('{"value": "a"}\n')
+        probe = tmp_path / f"run-{run}"
+        query = (spark.readStream.schema("value string").json(str(source)).writeStream.format("options-probe")
+                 .option("probe", str(probe)).option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+        seen = {path.read_text() for path in tmp_path.glob(f"run-{run}.*.task")}
+        assert seen == {str(query.runId)}, seen
+        groups.append(seen)
+    assert groups[0] != groups[1]
