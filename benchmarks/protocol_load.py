@@ -21,7 +21,9 @@ benchmarks/results/protocol_load.jsonl.
 
 Layout 1 (one claims partition for every pipeline, eos-kafka 0.1.0's) reads grow with P·T per
 task, so its cases run only up to ``--layout1-max-tasks`` tasks in all (the batch's reads grow
-with the square).
+with the square). Layout 3 is a pipeline without a group on a topic of its own (layout 2 for
+progress records, sink/progress_claims): no attempt takes the control log's fast path, so a task
+reads its batch's claims, which grow with T but not with P; its cases take the same limit.
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "protocol_load.jsonl"
 STEPS = ("claim", "read", "stable read", "commit", "release")
 TRANSACTION_TIMEOUT_MS = 60_000
 REFERENCE = (2, 1, 100)  # layout, pipelines, tasks: what every case's time is compared with
+PROGRESS_LAYOUT = 3  # a pipeline without a group on its own topic: layout 2, read as progress attempts read
 WARM_UP = (5, 100)  # pipelines, tasks: run before the cases, not measured
 
 
@@ -124,8 +127,10 @@ class Worker:
             started = now
 
         key = (input_topic, partition)
+        progress = layout == PROGRESS_LAYOUT  # the attempt of a run that committed its task last (SAME)
         claim = claim_attempt(self.clients, [plan], group, [key], attempt, f"task {partition} (attempt {attempt})",
-                              self.transactional_id, run_tokens=["protocol-load"], first_of_plan=layout == 2)
+                              self.transactional_id, run_tokens=[] if progress else ["protocol-load"],
+                              first_of_plan=layout == 2, progress=progress)
         ended("claim")
         claim.enforce()
         ended("read")
@@ -177,7 +182,7 @@ def run_case(slots: Slots, layout: int, pipelines: int, tasks: int, input_topic:
     bootstrap, case = slots.bootstrap, uuid.uuid4().hex[:8]
     claims_topic = f"protocol-load-claims-{case}"
     groups = [f"protocol-load-{case}-p{p}" for p in range(pipelines)]
-    logs = [ClaimsLog(bootstrap, {}, claims_topic, group if layout == 2 else None) for group in groups]
+    logs = [ClaimsLog(bootstrap, {}, claims_topic, None if layout == 1 else group) for group in groups]
     warm(slots, logs, groups, layout, input_topic)
     plans = [claims.open_plan(group) for claims, group in zip(logs, groups)]
     # The pipelines' tasks interleaved: task 0 of each pipeline, then task 1 of each, ...
@@ -241,7 +246,7 @@ def cases(layouts: list[int], pipelines: list[int], tasks: list[int], layout1_ma
           reference: tuple[int, int, int] = REFERENCE) -> list[tuple[int, int, int]]:
     """The cases to run, the reference first (run_all compares every case with the first)."""
     chosen = [(layout, p, t) for layout in layouts for p in pipelines for t in tasks
-              if layout == 2 or p * t <= layout1_max]
+              if layout == 2 or p * t <= layout1_max]  # layouts 1 and 3: a batch's reads grow with T²
     if reference not in chosen:
         chosen.insert(0, reference)
     return sorted(chosen, key=lambda c: (c != reference, c[1] * c[2], c))
@@ -274,8 +279,9 @@ def table(results: list[CaseResult]) -> str:
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         claim_read = r.step_ms["claim"]["p99"] + r.step_ms["read"]["p99"]
+        layout = "2, no group" if r.layout == PROGRESS_LAYOUT else r.layout
         lines.append(
-            f"| {r.layout} | {r.pipelines} × {r.tasks} | {r.concurrency} | {r.records_read['mean']:,.1f} / "
+            f"| {layout} | {r.pipelines} × {r.tasks} | {r.concurrency} | {r.records_read['mean']:,.1f} / "
             f"{r.records_read['p99']:,.0f} | {r.bytes_read['p99']:,.0f} | {claim_read:,.1f} | "
             f"{r.step_ms['stable read']['p99']:,.1f} | {r.step_ms['commit']['p99']:,.1f} | "
             f"{r.protocol_ms['p50']:,.1f} / {r.protocol_ms['p99']:,.1f} | {r.against_reference:.2f}× | "
@@ -300,10 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.protocol_load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipelines", type=_ints, default=[1, 10, 50])
     parser.add_argument("--tasks", type=_ints, default=[10, 100, 1000])
-    parser.add_argument("--layouts", type=_ints, default=[1, 2])
+    parser.add_argument("--layouts", type=_ints, default=[1, 2, PROGRESS_LAYOUT],
+                        help=f"1, 2, or {PROGRESS_LAYOUT} (layout 2 for a pipeline without a group)")
     parser.add_argument("--concurrency", type=int, default=8, help="tasks at a time, across the pipelines")
     parser.add_argument("--layout1-max-tasks", type=int, default=1000,
-                        help="layout 1's cases run up to this many tasks in all (P·T)")
+                        help="layout 1's and 3's cases run up to this many tasks in all (P·T)")
     parser.add_argument("--nodes", type=int, default=3, help="Kafka nodes of the embedded cluster")
     parser.add_argument("--bootstrap", help="an existing cluster's bootstrap servers instead")
     parser.add_argument("--no-record", action="store_true", help=f"do not append to {RESULTS}")

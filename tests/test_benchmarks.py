@@ -144,15 +144,19 @@ def test_the_protocol_load_benchmark_shows_a_first_attempts_reads_flat_in_tasks_
     # claims read takes is the layout's, on any machine; the times mean nothing here.
     from benchmarks import protocol_load
 
-    chosen = protocol_load.cases([1, 2], [1, 3], [5, 20], layout1_max=60, reference=(2, 1, 20))
+    chosen = protocol_load.cases([1, 2, 3], [1, 3], [5, 20], layout1_max=60, reference=(2, 1, 20))
     results = {r.key: r for r in protocol_load.run_all(kafka.bootstrap_servers, chosen, concurrency=3)}
     assert {r.tasks_run for r in results.values()} >= {5, 15, 20, 60}
     for (layout, pipelines, tasks), r in results.items():
         if layout == 2:  # its plan record: whatever the batch's tasks and the cluster's pipelines
             assert r.records_read["max"] == 1, (layout, pipelines, tasks, r.records_read)
+        if layout == 3:  # without a group: its own batch's claims and releases, no other pipeline's
+            assert r.records_read["max"] <= 2 * tasks, (layout, pipelines, tasks, r.records_read)
     # Layout 1: a task reads what the batch's earlier tasks and the other pipelines appended.
     assert results[(1, 3, 20)].records_read["p99"] > results[(1, 1, 5)].records_read["p99"] > 1
-    assert "| 2 | 3 × 20 |" in protocol_load.table(list(results.values()))
+    assert results[(1, 3, 20)].records_read["max"] > 2 * 20
+    table = protocol_load.table(list(results.values()))
+    assert "| 2 | 3 × 20 |" in table and "| 2, no group | 3 × 20 |" in table
 
 
 def test_the_stable_read_beside_the_claims_read_and_the_partition_spread_benchmarks_run(kafka):

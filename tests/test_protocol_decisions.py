@@ -27,7 +27,8 @@ from pyspark_eos.sink.fence_decision import (FenceOutcome, decide_fence, early_r
 from pyspark_eos.sink.idempotent_writes import (ProgressTarget, batch_write_target, refuse_group_in_foreach_batch,
                                                stream_target)
 from pyspark_eos.sink.options import SinkOptions
-from pyspark_eos.sink.progress_claims import EarlierLog, LastCommit, ProgressReading, progress_reading
+from pyspark_eos.sink.progress_claims import (EarlierLog, LastCommit, ProgressReading, earlier_log_on_layout1,
+                                              progress_reading)
 from pyspark_eos.sink.task_progress import ProgressKey, committed_plan, progress_metadata
 from pyspark_eos.sink.transactional_id_factory import SlotHolder
 
@@ -272,6 +273,16 @@ def test_last_commit_unknown_claims_in_the_shared_topic_too():
     moved = PlanRecord("claims.checkpoint_old-4567", 12, claims_from=80)
     assert progress_reading(_committed(moved, "run-1"), "run-2", PIPELINE_PLAN, "claims") == ProgressReading(
         LastCommit.UNKNOWN, earlier=EarlierLog("claims.checkpoint_old-4567", CLAIMS_PARTITION, not_before=80))
+
+
+def test_a_pipeline_that_lost_its_name_claims_in_its_own_topic_too_while_its_last_commit_is_there():
+    # Its checkpoint came from an option, now from spark.sql.streaming.checkpointLocation: the plan
+    # is the shared topic's, and the run that committed last claimed in the pipeline's own topic.
+    shared_plan = PlanRecord("claims", 90, since=70)
+    assert earlier_log_on_layout1(_committed(EARLIER_PLAN, "run-1"), shared_plan) == EarlierLog(
+        EARLIER_PLAN.topic, CLAIMS_PARTITION, not_before=250)
+    assert earlier_log_on_layout1(_committed(PlanRecord("claims", 40, since=30), None), shared_plan) is None
+    assert earlier_log_on_layout1(NEVER, shared_plan) is None and earlier_log_on_layout1(None, shared_plan) is None
 
 
 def test_a_progress_record_on_layout_2_names_no_plan_an_earlier_version_could_take_for_the_shared_topics():

@@ -131,6 +131,8 @@ def opened_in_time(claimed: Instant, opened: Instant) -> bool:
 
 
 class _Enforced:
+    """An attempt's claim as the write task uses it (transactional_writer): enforce, release."""
+
     def enforce(self) -> FenceVerdict:
         raise NotImplementedError
 

@@ -30,7 +30,7 @@ from .attempt_fencing import (AttemptClaim, ClaimInTwoLogs, claim_attempt, claim
 from .commit_decision import NEVER, CommitDecision, CommitPlan, commit_plan, decide_input_commit, decide_progress_commit
 from .idempotent_writes import ProgressTarget
 from .producer_pool import WorkerProducer, admin_for
-from .progress_claims import progress_reading
+from .progress_claims import earlier_log_on_layout1, progress_reading
 from .rebalance import under_current_generation
 from .task_info import TaskInfo
 from .task_progress import ProgressKey, RecordDigest, committed_plan, group_metadata, progress_metadata
@@ -137,21 +137,24 @@ class TaskProgress:
         key, task, clients = self.key, self.task, claims_clients_for(held, None)
         last = _last_commit(held, key)
         if not self.plan.split:  # layout 1: the shared topic, read from the plan's look-back
-            return claim_attempt(clients, [self.plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
-                                 task.describe(), worker.transactional_id,
-                                 not_before=None if last is None else committed_plan(last))
-        reading = progress_reading(last, self.run, self.plan, key.topic)
-        plan = self.plan if reading.from_plan else self._from_lookback(clients)
-        own = claim_attempt(clients, [plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
-                            task.describe(), worker.transactional_id, not_before=reading.claims_not_before,
-                            first_of_plan=first_attempt_of_plan(task.attempt_number, self.target.versioned, True),
-                            progress=True)
-        if own is None or reading.earlier is None:
+            own = claim_attempt(clients, [self.plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
+                                task.describe(), worker.transactional_id,
+                                not_before=None if last is None else committed_plan(last))
+            earlier = earlier_log_on_layout1(last, self.plan)
+        else:
+            reading = progress_reading(last, self.run, self.plan, key.topic)
+            plan = self.plan if reading.from_plan else self._from_lookback(clients)
+            own = claim_attempt(clients, [plan], key.claim_group, key.claim_partitions, task.task_attempt_id,
+                                task.describe(), worker.transactional_id, not_before=reading.claims_not_before,
+                                first_of_plan=first_attempt_of_plan(task.attempt_number, self.target.versioned, True),
+                                progress=True)
+            earlier = reading.earlier
+        if own is None or earlier is None:
             return own
         log.info("%s: its task's last commit is not on this pipeline's claims log (none yet, held by an open "
-                 "transaction, or an earlier version's): claiming in %s [%d] as well", task.describe(),
-                 reading.earlier.topic, reading.earlier.partition)
-        return ClaimInTwoLogs(own, claim_in_earlier_log(own, reading.earlier, self.lookback_ms))
+                 "transaction, or on another layout): claiming in %s [%d] as well", task.describe(),
+                 earlier.topic, earlier.partition)
+        return ClaimInTwoLogs(own, claim_in_earlier_log(own, earlier, self.lookback_ms))
 
     def _from_lookback(self, clients) -> PlanRecord:
         """The plan, its claims read from the look-back: claims of another run that may still commit."""

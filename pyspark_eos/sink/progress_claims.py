@@ -88,6 +88,19 @@ def progress_reading(committed: Committed | None, run: str | None, plan: PlanRec
     return ProgressReading(LastCommit.SAME if same else LastCommit.OTHER, claims_not_before=claims)
 
 
+def earlier_log_on_layout1(committed: Committed | None, plan: PlanRecord) -> EarlierLog | None:
+    """For an attempt of a pipeline without a name (layout 1, the shared topic): the pipeline's own
+    topic, when its task last committed there (it had a name then: its checkpoint came from an
+    option), whose attempts of that run claim there and not in the shared topic."""
+    if committed is None or committed.offset is None:
+        return None
+    stored = stored_metadata(committed.metadata)
+    topic = stored.get(TOPIC_FIELD)
+    if topic is None or topic == plan.topic:
+        return None
+    return EarlierLog(str(topic), CLAIMS_PARTITION, _offset(stored, CLAIMS_FIELD))
+
+
 def _offset(stored: dict, field: str) -> int | None:
     value = stored.get(field)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
