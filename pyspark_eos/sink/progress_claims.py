@@ -21,7 +21,9 @@ record anyway, which names the run that committed it and the log its plan's clai
   earlier layout's attempts do (step 3d).
 
 Only a streaming query's tasks have a run: a batch write can run again in the same job group (a
-rerun, a retry inside ``foreachBatch``), so its attempts are never SAME.
+rerun, a retry inside ``foreachBatch``), so its attempts are never SAME. The other way round, an
+attempt of a pipeline without a name (layout 1) whose task last committed on a pipeline's own
+topic claims there too (``earlier_log_on_layout1``).
 """
 from __future__ import annotations
 
