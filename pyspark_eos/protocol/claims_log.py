@@ -338,6 +338,11 @@ def offset_at_time(consumer: Consumer, topic: str, partition: int, timestamp_ms:
     return default if found.offset < 0 else found.offset
 
 
+def lookback_start(consumer: Consumer, topic: str, partition: int, lookback_ms: int, default: int) -> int:
+    """The first offset of ``partition`` appended in the last ``lookback_ms`` (``default`` when none was)."""
+    return offset_at_time(consumer, topic, partition, int(time.time() * 1000) - lookback_ms, default)
+
+
 def _refresh_metadata(consumer: Consumer, topic: str) -> None:
     """Ask for the topic's metadata: its partitions' leaders as they are now."""
     try:

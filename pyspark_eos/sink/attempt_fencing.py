@@ -84,7 +84,7 @@ from ..kafka.fault_hooks import ANNOUNCEMENTS_OFF, ATTEMPT_FENCING_OFF, RELEASES
 from ..kafka.group_offsets import FetchAttempt
 from ..kafka.held_clients import Held
 from ..protocol.claims_layout import CLAIMS_PARTITION, CONTROL_PARTITION, claims_partition
-from ..protocol.claims_log import (ClaimsClients, PlanRecord, append, await_record, log_end, offset_at_time,
+from ..protocol.claims_log import (ClaimsClients, PlanRecord, append, await_record, log_end, lookback_start,
                                    read_claims, read_to_end)
 from ..protocol.claims_records import ANNOUNCE, CLAIM, RELEASE, AttemptOrder, Claim
 from ..protocol.group_stamp import GroupStamp
@@ -97,7 +97,7 @@ from .transactional_id_factory import current_holder, process_token, slots_name
 log = logging.getLogger(__name__)
 
 # How long a progress attempt may take from its claim to its transaction opened at the broker (its
-# first record delivered): part of the look-back's margin (writer.LOOKBACK_MARGIN_MS). A claim older
+# first record delivered): part of the look-back's margin (LOOKBACK_MARGIN_MS). A claim older
 # than half of it once the attempt has enforced it (its fences took long) is appended again.
 OPEN_AFTER_CLAIM_S = 10.0
 RENEW_CLAIM_AFTER_S = OPEN_AFTER_CLAIM_S / 2
@@ -106,6 +106,11 @@ RENEW_CLAIM_AFTER_S = OPEN_AFTER_CLAIM_S / 2
 # (every 10 s by default, transaction.abort.timed.out.transaction.cleanup.interval.ms) and clock skew
 # between the hosts whose clocks stamp the claims and the one that looks them up by time.
 LOOKBACK_MARGIN_MS = int(OPEN_AFTER_CLAIM_S * 1000) + 30_000
+
+
+def lookback_ms(transaction_timeout_ms: int) -> int:
+    """How far back a progress attempt reads claims that nothing else fences."""
+    return transaction_timeout_ms + LOOKBACK_MARGIN_MS
 
 
 @dataclass(frozen=True)
@@ -319,7 +324,7 @@ def claim_in_earlier_log(claim: AttemptClaim, earlier: EarlierLog, lookback_ms: 
     clients, own = claim.clients, claim.claim
     consumer = clients.consumer()
     end = log_end(consumer, earlier.topic, earlier.partition)
-    start = offset_at_time(consumer, earlier.topic, earlier.partition, int(time.time() * 1000) - lookback_ms, end)
+    start = lookback_start(consumer, earlier.topic, earlier.partition, lookback_ms, end)
     if earlier.not_before is not None:
         start = min(max(start, earlier.not_before), end)
     copy = replace(own, order=AttemptOrder(end, own.order.attempt), offset=-1)

@@ -11,7 +11,6 @@ decide, send).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, replace
 
 from confluent_kafka import TopicPartition
@@ -20,7 +19,7 @@ from ..errors import ConfigurationError, KafkaClientError
 from ..kafka.group_offsets import Committed, fetch_committed_once
 from ..kafka.held_clients import Held
 from ..protocol.claims_layout import CLAIMS_PARTITION
-from ..protocol.claims_log import PlanRecord, offset_at_time
+from ..protocol.claims_log import PlanRecord, lookback_start
 from ..protocol.commit_metadata import partition_metadata
 from ..protocol.group_stamp import GroupStamp
 from ..protocol.handover import Provenance
@@ -159,8 +158,7 @@ class TaskProgress:
     def _from_lookback(self, clients) -> PlanRecord:
         """The plan, its claims read from the look-back: claims of another run that may still commit."""
         plan = self.plan
-        since = offset_at_time(clients.consumer(), plan.topic, CLAIMS_PARTITION,
-                               int(time.time() * 1000) - self.lookback_ms, plan.claims_from)
+        since = lookback_start(clients.consumer(), plan.topic, CLAIMS_PARTITION, self.lookback_ms, plan.claims_from)
         return replace(plan, since=since)
 
     def under(self, claim: AttemptClaim | None) -> "TaskProgress":

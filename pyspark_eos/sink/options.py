@@ -126,8 +126,7 @@ class SinkOptions:
             claims_topic=parse_topic_name(options, "claimsTopic", DEFAULT_CLAIMS_TOPIC),
             txn_app_id=app_id,
             txn_version=version,
-            checkpoint_location=str(options["checkpointlocation"]).strip() or None
-            if options.get("checkpointlocation") is not None else None,
+            checkpoint_location=str(options.get("checkpointlocation") or "").strip() or None,
         )
 
 

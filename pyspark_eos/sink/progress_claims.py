@@ -77,26 +77,33 @@ def layout2_fields(plan: PlanRecord, run: str | None) -> dict:
 def progress_reading(committed: Committed | None, run: str | None, plan: PlanRecord,
                      shared_topic: str) -> ProgressReading:
     """The decision, from the task's last committed progress (None: an open transaction held it)."""
-    if committed is None or committed.offset is None:
+    stored = _stored(committed)
+    if stored is None:
         return ProgressReading(LastCommit.UNKNOWN, earlier=EarlierLog(shared_topic, 0))
-    stored = stored_metadata(committed.metadata)
-    topic = stored.get(TOPIC_FIELD)
-    if topic is None:  # layout 1: the shared topic, where its plan record was
+    if stored.get(TOPIC_FIELD) is None:  # layout 1: the shared topic, where its plan record was
         return ProgressReading(LastCommit.UNKNOWN, earlier=EarlierLog(shared_topic, 0, _offset(stored, "plan")))
-    claims = _offset(stored, CLAIMS_FIELD)
-    if topic != plan.topic:
-        return ProgressReading(LastCommit.UNKNOWN, earlier=EarlierLog(str(topic), CLAIMS_PARTITION, claims))
-    same = run is not None and stored.get(RUN_FIELD) == run
-    return ProgressReading(LastCommit.SAME if same else LastCommit.OTHER, claims_not_before=claims)
+    other = _another_pipelines_log(stored, plan)
+    if other is not None:
+        return ProgressReading(LastCommit.UNKNOWN, earlier=other)
+    last = LastCommit.SAME if run is not None and stored.get(RUN_FIELD) == run else LastCommit.OTHER
+    return ProgressReading(last, claims_not_before=_offset(stored, CLAIMS_FIELD))
 
 
 def earlier_log_on_layout1(committed: Committed | None, plan: PlanRecord) -> EarlierLog | None:
     """For an attempt of a pipeline without a name (layout 1, the shared topic): the pipeline's own
     topic, when its task last committed there (it had a name then: its checkpoint came from an
     option), whose attempts of that run claim there and not in the shared topic."""
-    if committed is None or committed.offset is None:
-        return None
-    stored = stored_metadata(committed.metadata)
+    stored = _stored(committed)
+    return None if stored is None else _another_pipelines_log(stored, plan)
+
+
+def _stored(committed: Committed | None) -> dict | None:
+    """What the task's last progress record stored; None: nothing committed, or not known."""
+    return None if committed is None or committed.offset is None else stored_metadata(committed.metadata)
+
+
+def _another_pipelines_log(stored: dict, plan: PlanRecord) -> EarlierLog | None:
+    """The claims log of the pipeline's own topic the last commit names, when not ``plan``'s."""
     topic = stored.get(TOPIC_FIELD)
     if topic is None or topic == plan.topic:
         return None

@@ -35,8 +35,8 @@ from ..kafka.worker_gc import freeze_long_lived_objects
 from ..protocol.claims_log import PlanRecord
 from ..protocol.handover import collect, release
 from . import worker_resources
-from .attempt_fencing import (LOOKBACK_MARGIN_MS, OPEN_AFTER_CLAIM_S, AttemptClaim, ClaimInTwoLogs, Instant,
-                              first_attempt_of_plan, opened_in_time)
+from .attempt_fencing import (OPEN_AFTER_CLAIM_S, AttemptClaim, ClaimInTwoLogs, Instant,
+                              first_attempt_of_plan, lookback_ms, opened_in_time)
 from .commit_decision import CommitDecision, TaskOutcome
 from .commit_targets import InputOffsets, OffsetsToSend, RecordsOnly, TaskProgress, deliver
 from .idempotent_writes import batch_write_target, refuse_group_in_foreach_batch, stream_target
@@ -88,7 +88,7 @@ def _commit_target(options: SinkOptions, task: TaskInfo, progress_plan: PlanReco
         return RecordsOnly()  # a batch write without a key
     key = ProgressKey(options.transactional_id_prefix, target.scope, task.partition_id, options.claims_topic)
     return TaskProgress(key, target, progress_plan, task, RecordDigest(),
-                        lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
+                        lookback_ms=lookback_ms(options.transaction_timeout_ms))
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pyspark.sql import datasource
 from ..errors import EosKafkaError
 from ..kafka import driver_resources, fault_hooks as faults
 from ..protocol.claims_log import ClaimsLog, PlanRecord, ensure_claims_topic
-from .attempt_fencing import LOOKBACK_MARGIN_MS
+from .attempt_fencing import lookback_ms
 from .commit_decision import TaskOutcome
 from .options import SinkOptions
 from .records import columns_from_arrow, columns_from_rows
@@ -79,7 +79,7 @@ def open_progress_plan(options: SinkOptions) -> PlanRecord:
         options.bootstrap_servers, options.kafka, options.claims_topic, pipeline))
     group = f"{options.transactional_id_prefix}.progress"
     if pipeline is None:
-        return claims.open_plan(group, lookback_ms=options.transaction_timeout_ms + LOOKBACK_MARGIN_MS)
+        return claims.open_plan(group, lookback_ms=lookback_ms(options.transaction_timeout_ms))
     # The tasks' progress offsets are the shared topic's (task_progress), and an attempt whose task
     # last committed on it claims there too: it must exist.
     held.fact(f"claims topic {options.claims_topic}",
