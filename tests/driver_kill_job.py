@@ -5,13 +5,14 @@ progress records), or eos-kafka -> eos-kafka with a group (offsets in the transa
 Usage: python driver_kill_job.py BOOTSTRAP QUERIES_JSON [arm]
 QUERIES_JSON: a list of {"source", "topic", "checkpoint", "prefix"}; a source is a directory of
 JSON files ({"id": n} per line), "rate" (the rate-micro-batch source), "random:DIRECTORY" (the
-files repartitioned by rand(): a non-deterministic plan), or "kafka:INPUT:GROUP" (copy_query.py).
+files repartitioned by rand(): a non-deterministic plan), "split:TOPIC" (an eos-kafka stream without
+a group whose partitions are split over tasks, split_frame), or "kafka:INPUT:GROUP" (copy_query.py).
 With "arm", the driver dies once every query has committed a batch in Kafka, before Spark's
 commit log, and no write task's claim is released (RELEASES_OFF): the releases a driver's death
 can take with it before the workers' producers deliver them. Without it, a random copy starts once
 the others ended (waves). A query that fails lets the others run to their end, and the driver then
 fails with its error; before that it prints one line, ``outcomes {JSON}``: each query's error by
-its name (narrow, files, rate, random), null for one that ran to its end.
+its name (narrow, files, rate, random, split), null for one that ran to its end.
 """
 import json
 import sys
@@ -24,6 +25,9 @@ from pyspark_eos.testing.fault_injection import DRIVER_AFTER_KAFKA_COMMIT, RELEA
 from pyspark_eos.testing.local_spark import executor_local_dirs, local_spark_session
 
 RATE_ROWS_PER_BATCH = 30
+# A split stream's batches: this many offsets of its input at most, in pieces of at most
+# SPLIT_PIECE (maxRecordsPerPartition): each partition's range of a batch in several tasks.
+SPLIT_BATCH, SPLIT_PIECE = 60, 10
 
 
 def input_frame(spark, source: str, files_per_batch: int = 1):
@@ -37,6 +41,14 @@ def input_frame(spark, source: str, files_per_batch: int = 1):
 
         frame = frame.repartition(2, rand())
     return frame
+
+
+def split_frame(spark, bootstrap: str, topic: str):
+    """The ids in ``topic``'s values, read by eos-kafka without kafka.group.id in split ranges."""
+    return (spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", SPLIT_BATCH).option("maxRecordsPerPartition", SPLIT_PIECE).load()
+            .selectExpr("CAST(CAST(value AS STRING) AS LONG) AS id"))
 
 
 def eos_writer(frame, bootstrap: str, topic: str, prefix: str, checkpoint: str, **sink_options):
@@ -54,7 +66,11 @@ def writer(spark, bootstrap: str, spec: dict):
     if spec["source"].startswith("kafka:"):
         _, source_topic, group = spec["source"].split(":")
         return copy_writer(spark, bootstrap, source_topic, spec["topic"], group, spec["checkpoint"])
-    return eos_writer(input_frame(spark, spec["source"]), bootstrap, spec["topic"], spec["prefix"], spec["checkpoint"])
+    if spec["source"].startswith("split:"):
+        frame = split_frame(spark, bootstrap, spec["source"].removeprefix("split:"))
+    else:
+        frame = input_frame(spark, spec["source"])
+    return eos_writer(frame, bootstrap, spec["topic"], spec["prefix"], spec["checkpoint"])
 
 
 def query_name(spec: dict) -> str:
@@ -63,6 +79,8 @@ def query_name(spec: dict) -> str:
         return "narrow"
     if source.startswith("random:"):
         return "random"
+    if source.startswith("split:"):
+        return "split"
     return "rate" if source == "rate" else "files"
 
 

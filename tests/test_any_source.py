@@ -18,12 +18,13 @@ from pyspark_eos.sink.task_progress import group_prefix
 from pyspark_eos.testing import fault_injection as faults
 from pyspark_eos.testing.local_spark import executor_local_dirs
 
-from .driver_kill_job import RATE_ROWS_PER_BATCH, eos_writer, input_frame
-from .kafka_tools import committed_offsets, create_topic, read_committed, unique_name
+from .driver_kill_job import RATE_ROWS_PER_BATCH, eos_writer, input_frame, split_frame
+from .kafka_tools import committed_offsets, create_topic, read_committed, unique_name, write_transactions
 from .spark_tools import logged_batches
 from .test_zombie_attempts import TRANSACTION_TIMEOUT_MS, Zombie, spark_fast_loss  # noqa: F401 - a fixture
 
 PER_FILE = 30
+SPLIT_RECORDS = 90  # two batches of a split stream (driver_kill_job.split_frame)
 
 
 class FileCopy:
@@ -40,7 +41,10 @@ class FileCopy:
         self.prefix = unique_name("any")
 
     def writer(self, spark, files_per_batch: int, source: str = "files", **sink_options):
-        frame = input_frame(spark, "rate" if source == "rate" else str(self.input), files_per_batch)
+        if source == "split":
+            frame = split_frame(spark, self.bootstrap, self.split_input)
+        else:
+            frame = input_frame(spark, "rate" if source == "rate" else str(self.input), files_per_batch)
         return eos_writer(frame, self.bootstrap, self.output, self.prefix, self.checkpoint, **sink_options)
 
     def spec(self, source: str) -> dict:
@@ -68,6 +72,14 @@ class FileCopy:
         assert not listing.errors, listing.errors
         return [g.group_id for g in listing.valid if g.group_id.startswith(prefix)]
 
+    def add_split_input(self, records: int) -> str:
+        """A topic of two partitions holding the ids 0..records-1 as values, in place of files; the
+        spec's source for it."""
+        self.split_input = create_topic(self.bootstrap, unique_name("split-in"), partitions=2)
+        write_transactions(self.bootstrap, self.split_input, [(True, [(n % 2, b"%d" % n) for n in range(records)])])
+        self.expected = list(range(records))
+        return f"split:{self.split_input}"
+
     def add_files(self, files: int) -> None:
         first = len(self.expected) // PER_FILE
         for number in range(first, first + files):
@@ -91,21 +103,29 @@ def assert_whole_rate_batches(ids: list[int]) -> None:
 
 
 @pytest.mark.spark_local_cluster
-@pytest.mark.parametrize("source", ["files", "rate"])
+@pytest.mark.parametrize("source", ["files", "rate", "split"])
 def test_a_worker_killed_before_its_commit_loses_and_duplicates_nothing(spark_cluster, kafka, tmp_path, source):
-    copy = FileCopy(kafka, tmp_path, files=6)
+    copy = FileCopy(kafka, tmp_path, files=0 if source == "split" else 6)
+    if source == "split":
+        copy.add_split_input(SPLIT_RECORDS)
     marker = faults.arm(faults.WORKER_BEFORE_COMMIT, sorted(executor_local_dirs(spark_cluster))[0])
     query = copy.writer(spark_cluster, files_per_batch=2, source=source,
                         **{"kafka.transaction.timeout.ms": 10000}).start()
     assert query.awaitTermination(300), "the query did not finish"
     assert not marker.exists(), "the armed crash did not happen"
-    if source == "files":
-        assert_each_once(copy.output_ids(), copy.expected)
-    else:
+    if source == "rate":
         assert_whole_rate_batches(copy.output_ids())
+    else:
+        assert_each_once(copy.output_ids(), copy.expected)
+    last_batch = max(int(b) for b in copy.batches("commits"))
+    if source == "split":
+        # Each piece of a partition's range is a task of its own, which commits its own progress:
+        # batch 0 in 6 tasks (30 offsets of each partition in pieces of 10), the last one (the
+        # remaining 15 records and the transaction's marker) in 4.
+        assert last_batch == 1 and sorted(copy.progress().values()) == [1, 1, 2, 2, 2, 2], copy.progress()
+        return
     # Two write tasks a batch: one progress group per task, at the last batch. The progress records
     # grow with the number of tasks, never with the number of batches.
-    last_batch = max(int(b) for b in copy.batches("commits"))
     assert sorted(copy.progress().values()) == [last_batch + 1] * 2
     if source == "files":
         assert last_batch == 2

@@ -821,14 +821,30 @@ def test_a_topic_stamped_at_log_append_time_reads_the_brokers_time_and_type_as_t
     assert kind == 1 and ms >= before - 1000, read  # the broker's clock, not the producer's day-old time
 
 
-def test_min_partitions_above_the_kafka_partitions_reads_the_same_rows_in_a_task_per_partition(spark, kafka):
+@pytest.mark.parametrize("options, tasks", [({"minPartitions": "6"}, 6), ({"maxRecordsPerPartition": "3"}, 9),
+                                            ({"minPartitions": "12", "maxRecordsPerPartition": "5"}, 12)])
+def test_a_partition_split_over_tasks_reads_the_same_rows_in_as_many_tasks_as_the_connector(
+        spark, kafka, options, tasks):
     # KafkaRelationSuite and KafkaMicroBatchSourceSuite "SPARK-30656: minPartitions": 21 records in
-    # 3 partitions with minPartitions=6. The connector splits each partition in two; eos-kafka reads
-    # a partition in one task, whose transaction commits its offset (docs/switching.md).
+    # 3 partitions (offsets 0-7 each, with the commit marker), read without kafka.group.id: each
+    # piece's write commits its own progress (source/range_splitting). The offsets are given as
+    # numbers: the connector's spark.read does not apply maxRecordsPerPartition to earliest and
+    # latest, which it has not looked up when it decides (docs/switching.md).
     topic = create_topic(kafka.bootstrap_servers, unique_name("min-partitions"), partitions=3)
     write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 3, b"%d" % n) for n in range(21)])])
-    frames = {fmt: _read(spark, kafka, fmt, topic, minPartitions="6") for fmt in FORMATS}
+    span = {side: json.dumps({topic: {str(p): offset for p in range(3)}}) for side, offset in (("start", 0), ("end", 8))}
+    frames = {fmt: _read(spark, kafka, fmt, topic, startingOffsets=span["start"], endingOffsets=span["end"], **options)
+              for fmt in FORMATS}
     rows = {fmt: sorted(bytes(r.value) for r in frame.select("value").collect()) for fmt, frame in frames.items()}
     assert rows["eos-kafka"] == rows["kafka"] == sorted(b"%d" % n for n in range(21)), rows
-    tasks = {fmt: frame.rdd.getNumPartitions() for fmt, frame in frames.items()}
-    assert tasks == {"kafka": 6, "eos-kafka": 3}, tasks
+    counts = {fmt: frame.rdd.getNumPartitions() for fmt, frame in frames.items()}
+    assert counts == {"kafka": tasks, "eos-kafka": tasks}, counts
+
+
+def test_min_partitions_with_a_group_reads_the_same_rows_in_a_task_per_partition(spark, kafka):
+    # With kafka.group.id a task commits its partitions' offsets: eos-kafka does not split.
+    topic = create_topic(kafka.bootstrap_servers, unique_name("min-partitions-group"), partitions=3)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 3, b"%d" % n) for n in range(21)])])
+    frame = _read(spark, kafka, "eos-kafka", topic, minPartitions="6", **{"kafka.group.id": unique_name("g")})
+    assert sorted(bytes(r.value) for r in frame.select("value").collect()) == sorted(b"%d" % n for n in range(21))
+    assert frame.rdd.getNumPartitions() == 3

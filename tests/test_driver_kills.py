@@ -5,6 +5,8 @@ One driver (driver_kill_job.py) runs four pipelines side by side and dies once e
 committed its first batch in Kafka:
 - eos-kafka -> eos-kafka with a group: the input offsets are in each task's transaction;
 - a file copy and a rate copy without a group: each task's progress record is;
+- an eos-kafka copy without a group whose partitions' ranges are split over tasks
+  (maxRecordsPerPartition): each piece's progress record is, the replay split the same way;
 - a copy of the files repartitioned by rand(), whose replay puts records in other tasks: it must
   fail, writing nothing.
 Broken (the replay check skipping nothing), the first three write their replayed batch twice.
@@ -35,7 +37,7 @@ import pytest
 from pyspark_eos.testing.output_check import high_watermarks, last_stable_offsets
 
 from .spark_tools import Pipeline, logged_batches
-from .test_any_source import PER_FILE, FileCopy, assert_each_once, assert_whole_rate_batches
+from .test_any_source import PER_FILE, SPLIT_RECORDS, FileCopy, assert_each_once, assert_whole_rate_batches
 
 JOB = Path(__file__).resolve().parent / "driver_kill_job.py"
 # Every test here runs in one test process: they share the module's driver runs.
@@ -45,7 +47,7 @@ pytestmark = [pytest.mark.xdist_group("driver-kills"), pytest.mark.compat]
 @dataclass
 class DriverKill:
     narrow: Pipeline
-    copies: dict[str, FileCopy]  # by source: "files", "rate", "random"
+    copies: dict[str, FileCopy]  # by source: "files", "rate", "random", "split"
     first: dict[str, list]  # each pipeline's output after the crash
     restarted: subprocess.CompletedProcess
     logs: Path  # both drivers' output: crashed.err, restarted.err (and .out)
@@ -76,12 +78,13 @@ def run_driver(bootstrap: str, queries: list[dict], logs: Path, *extra: str) -> 
 def driver_kill(kafka, tmp_path_factory) -> DriverKill:
     tmp_path = tmp_path_factory.mktemp("driver-kills")
     narrow = Pipeline(kafka, tmp_path / "narrow")
-    copies = {source: FileCopy(kafka, tmp_path / source, files={"files": 3, "rate": 0, "random": 2}[source])
-              for source in ("files", "rate", "random")}
+    copies = {source: FileCopy(kafka, tmp_path / source, files={"files": 3, "rate": 0, "random": 2, "split": 0}[source])
+              for source in ("files", "rate", "random", "split")}
     specs = [{"source": f"kafka:{narrow.input}:{narrow.group}", "topic": narrow.output,
               "checkpoint": narrow.checkpoint, "prefix": "eos-kafka"},
              copies["files"].spec(str(copies["files"].input)), copies["rate"].spec("rate"),
-             copies["random"].spec(f"random:{copies['random'].input}")]
+             copies["random"].spec(f"random:{copies['random'].input}"),
+             copies["split"].spec(copies["split"].add_split_input(SPLIT_RECORDS))]
     crashed = run_driver(kafka.bootstrap_servers, specs, tmp_path / "crashed", "arm")
     assert crashed.returncode != 0 and "finished" not in crashed.stdout, crashed.stdout[-2000:]
     for spec in specs:  # each batch 0 is in Kafka (output, and offsets or progress), not in the commit log
@@ -104,22 +107,25 @@ def test_the_replayed_batch_of_a_pipeline_with_a_group_is_not_written_again(driv
         raise AssertionError(f"{failed}\nthe restarted driver's errors: {errors[-15:]}") from None
 
 
-def test_the_replayed_batch_of_a_file_or_rate_copy_is_not_written_again(driver_kill):
-    for source in ("files", "rate"):
+def test_the_replayed_batch_of_a_file_rate_or_split_copy_is_not_written_again(driver_kill):
+    for source in ("files", "rate", "split"):
         copy, first = driver_kill.copies[source], driver_kill.first[source]
         driver_kill.assert_ran_to_its_end(source)
         ids = copy.output_ids()
         try:
-            if source == "files":
-                assert_each_once(ids, copy.expected)
-            else:
+            if source == "rate":
                 assert_whole_rate_batches(ids)
+            else:
+                assert_each_once(ids, copy.expected)
         except AssertionError as failed:
             stands = _where_the_output_stands(copy, driver_kill.restarted)
             raise AssertionError(f"{source}: {failed}\n{stands}\nthe drivers' logs: {driver_kill.logs}") from None
         assert set(first) <= set(ids)
         last_batch = max(int(b) for b in copy.batches("commits"))
-        assert set(copy.progress().values()) == {last_batch + 1}
+        if source == "split":  # its last batch has fewer pieces than its first (test_any_source)
+            assert sorted(copy.progress().values()) == [1, 1, 2, 2, 2, 2], copy.progress()
+        else:
+            assert set(copy.progress().values()) == {last_batch + 1}
 
 
 def _where_the_output_stands(copy: FileCopy, restarted: subprocess.CompletedProcess) -> str:

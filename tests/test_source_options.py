@@ -160,10 +160,15 @@ def test_min_partitions_above_a_batchs_partitions_is_said_once_per_query(caplog)
     assert "(2)" in caplog.records[0].getMessage() and "more partitions" in caplog.records[0].getMessage()
 
 
-def test_max_records_per_partition_is_refused_saying_what_to_use_instead():
-    # Spark's connector splits a partition's range over tasks; here one task commits its offset.
-    with pytest.raises(ConfigurationError, match="maxRecordsPerPartition='5' is not supported") as refused:
-        parse(maxRecordsPerPartition="5")
-    assert all(instead in str(refused.value) for instead in ("maxOffsetsPerTrigger", "endingOffsets", "more partitions"))
-    with pytest.raises(ConfigurationError, match="maxRecordsPerPartition"):
-        SourceOptions.parse({**BASE, "MAXRECORDSPERPARTITION": "5"}, streaming=False)
+def test_max_records_per_partition_splits_without_a_group_and_is_refused_with_one_saying_what_to_use_instead():
+    # Spark's connector splits a partition's range over tasks; with a group one task commits its
+    # offset (options._refuse_grouped_splitting).
+    assert parse(maxRecordsPerPartition="5").max_records_per_partition == 5
+    assert SourceOptions.parse({**BASE, "MAXRECORDSPERPARTITION": "7"}, streaming=False).max_records_per_partition == 7
+    with pytest.raises(ConfigurationError, match="maxRecordsPerPartition=5 cannot be used with kafka.group.id='g'") \
+            as refused:
+        parse(maxRecordsPerPartition="5", **{"kafka.group.id": "g"})
+    assert all(instead in str(refused.value) for instead in (
+        "maxOffsetsPerTrigger", "endingOffsets", "more partitions", "without kafka.group.id"))
+    with pytest.raises(ConfigurationError, match="maxRecordsPerPartition='0' must be a positive whole number"):
+        parse(maxRecordsPerPartition="0")

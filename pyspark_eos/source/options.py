@@ -218,7 +218,7 @@ SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign",
     "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp", "startingOffsetsFallback",
     "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp",
-    "maxOffsetsPerTrigger", "minPartitions", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
+    "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition", "minRecordsPerPartition", "failOnDataLoss", "includeHeaders", "stableOffsetsTimeoutMs",
     "claimsTopic", "connectTimeoutMs", "kafkaConsumer.pollTimeoutMs",
     "startingOffsetsByTimestampStrategy", "minOffsetsPerTrigger", "maxTriggerDelay", "groupIdPrefix",
     "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
@@ -259,6 +259,8 @@ class SourceOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     # At least this many tasks per batch (Spark's minPartitions); None: the planner's machine's cores.
     min_partitions: int | None = None
+    # Spark's maxRecordsPerPartition: a partition's range split in tasks of at most this many offsets.
+    max_records_per_partition: int | None = None
     # A micro-batch waits for this many new records, or maxTriggerDelay since the last one.
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
@@ -267,7 +269,6 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "SourceOptions":
         """``streaming`` None checks what holds for both spark.read and spark.readStream."""
         options = {str(key).lower(): value for key, value in options.items()}
-        _refuse_splitting(options)
         check_known(options, SOURCE_OPTIONS, "source")
         params = kafka_params(options)
         check_source_kafka_params(params)
@@ -300,25 +301,30 @@ class SourceOptions:
             connect_timeout_ms=parse_positive_int(options, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
             poll_timeout_ms=parse_positive_int(options, "kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS),
             min_partitions=parse_positive_int(options, "minPartitions", None),
+            max_records_per_partition=parse_positive_int(options, "maxRecordsPerPartition", None),
             min_offsets_per_trigger=parse_positive_int(options, "minOffsetsPerTrigger", None),
             max_trigger_delay_ms=parse_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         )
         _check_trigger_limits(parsed)
+        _refuse_grouped_splitting(parsed)
         _say_what_does_nothing(options, group_id)
         check_client_settings(params, "source")  # after the options of our own, whose messages are clearer
         return parsed
 
 
-def _refuse_splitting(options: Mapping[str, str]) -> None:
-    # Each task commits its Kafka partitions' end offsets in its one transaction, and a group has
-    # one offset per partition: pieces of a partition in several tasks would each commit it, in
-    # any order, and a later commit of an earlier piece would move it back.
-    if "maxrecordsperpartition" in options:
+def _refuse_grouped_splitting(options: "SourceOptions") -> None:
+    # With a group each task commits its Kafka partitions' end offsets in its one transaction, and
+    # a group has one offset per partition: pieces of a partition in several tasks would each
+    # commit it, in any order, and a later commit of an earlier piece would move it back. Without
+    # one, each piece's write commits a progress record of its own (source/range_splitting).
+    if options.max_records_per_partition is not None and options.group_id is not None:
         raise ConfigurationError(
-            f"option maxRecordsPerPartition={options['maxrecordsperpartition']!r} is not supported by the eos-kafka "
-            "source: it reads a Kafka partition's range of a batch in one task, whose transaction commits the "
-            "partition's offset; bound a batch's size with maxOffsetsPerTrigger (a stream) or endingOffsets "
-            "(spark.read), or give the topic more partitions for more tasks, and remove the option")
+            f"option maxRecordsPerPartition={options.max_records_per_partition} cannot be used with "
+            f"kafka.group.id={options.group_id!r}: the group's offset of a Kafka partition is committed by the one "
+            "task that reads the partition's range of a batch, in its transaction. Bound a batch's size with "
+            "maxOffsetsPerTrigger (a stream) or endingOffsets (spark.read), or give the topic more partitions for "
+            "more tasks; or read without kafka.group.id (on the source and the sink), where each piece of a split "
+            "partition commits its own progress")
 
 
 def _check_trigger_limits(options: "SourceOptions") -> None:

@@ -15,6 +15,7 @@ from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offset
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
 from .partition_reader import ReaderSettings, consumer_config, read_ranges
+from .range_splitting import split_ranges, splits
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +58,29 @@ class SourcePlanner:
         log.info("planned %d range(s): %s%s%s", len(ranges), ", ".join(map(str, ranges)) or "none",
                  f" under {group.describe()}" if group else "",
                  f", claims from {fencing.topic}@{fencing.offset}" if fencing else "")
+        options = self.options
+        if group_id is None and splits(ranges, options.min_partitions, options.max_records_per_partition):
+            pieces = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+            log.info("split into %d task(s) (minPartitions=%s, maxRecordsPerPartition=%s)", len(pieces),
+                     options.min_partitions, options.max_records_per_partition)
+            return input_partitions(pieces, None, min_tasks=len(pieces))  # a task each
         min_tasks = self.min_tasks
         alone = self._not_at_start(ranges) if group and len(ranges) > min_tasks else frozenset()
         self._say_fewer_tasks_than_asked(len(end))
-        return input_partitions(ranges, group, fencing, self.options.min_records_per_partition, min_tasks, alone)
+        return input_partitions(ranges, group, fencing, options.min_records_per_partition, min_tasks, alone)
 
     def _say_fewer_tasks_than_asked(self, partitions: int) -> None:
-        """Spark's connector splits partitions to reach minPartitions; once per query, say why this
-        source does not (options._refuse_splitting). ``partitions``: the Kafka partitions the batch
+        """Spark's connector splits partitions to reach minPartitions; once per query, say why a
+        source with a group does not (options._refuse_grouped_splitting). ``partitions``: the Kafka partitions the batch
         reads, with new records or without: a batch with records in few of them has few tasks for
         want of records, which more partitions would not change."""
         asked = self.options.min_partitions
         if asked is not None and 0 < partitions < asked and not self._said_fewer_tasks:
             self._said_fewer_tasks = True
-            log.info("minPartitions=%d asks for more tasks than the batch has Kafka partitions (%d): eos-kafka reads "
-                     "a partition's range in one task, whose transaction commits its offset, so a batch has at most "
-                     "one task per partition; give the topic more partitions for more tasks", asked, partitions)
+            log.info("minPartitions=%d asks for more tasks than the batch has Kafka partitions (%d): with "
+                     "kafka.group.id eos-kafka reads a partition's range in one task, whose transaction commits the "
+                     "group's offset, so a batch has at most one task per partition; give the topic more partitions "
+                     "for more tasks", asked, partitions)
 
     @property
     def min_tasks(self) -> int:
