@@ -841,6 +841,28 @@ def test_a_partition_split_over_tasks_reads_the_same_rows_in_as_many_tasks_as_th
     assert counts == {"kafka": tasks, "eos-kafka": tasks}, counts
 
 
+def test_a_stream_splits_each_batch_into_as_many_tasks_with_the_same_rows_as_the_connector(spark, kafka, tmp_path):
+    # KafkaMicroBatchSourceSuite "minPartitions is supported" and maxRecordsPerPartition: a stream's
+    # batches of 60 offsets over two partitions in pieces of at most 10, each batch's Spark
+    # partitions and records compared.
+    topic = create_topic(kafka.bootstrap_servers, unique_name("split-stream"), partitions=2)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 2, b"%d" % n) for n in range(90)])])
+    batches = {}
+    for fmt in FORMATS:
+        seen: list[tuple[int, list[bytes]]] = []
+        query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                 .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "60")
+                 .option("maxRecordsPerPartition", "10").load().writeStream
+                 .foreachBatch(lambda frame, _: seen.append((frame.rdd.getNumPartitions(), sorted(
+                     bytes(r.value) for r in frame.select("value").collect()))))
+                 .option("checkpointLocation", str(tmp_path / fmt)).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None, (fmt, query.exception())
+        batches[fmt] = [batch for batch in seen if batch[1]]
+    assert batches["eos-kafka"] == batches["kafka"], batches
+    assert [tasks for tasks, _ in batches["kafka"]] == [6, 4], batches  # 30 offsets of each, then 16
+
+
 def test_min_partitions_with_a_group_reads_the_same_rows_in_a_task_per_partition(spark, kafka):
     # With kafka.group.id a task commits its partitions' offsets: eos-kafka does not split.
     topic = create_topic(kafka.bootstrap_servers, unique_name("min-partitions-group"), partitions=3)
