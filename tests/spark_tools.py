@@ -40,7 +40,7 @@ def source(spark, bootstrap: str, topic: str, schema: str | None = None, **optio
     reader = spark.readStream.format("eos-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
     reader = reader if schema is None else reader.schema(schema)
     for key, value in options.items():
-        reader = reader.option(key, str(value))
+        reader = reader if value is None else reader.option(key, str(value))  # None: the option left out
     return reader.load()
 
 

@@ -100,6 +100,13 @@ def test_a_sink_without_the_sources_group_fails_naming_it(spark, pipeline):
     assert pipeline.output_values() == []
 
 
+def test_a_source_without_the_sinks_group_fails_naming_it(spark, pipeline):
+    with pytest.raises(StreamingQueryException, match="an eos-kafka source without kafka.group.id, but the sink "
+                                                      f"commits input offsets to kafka.group.id='{pipeline.group}'"):
+        pipeline.run(spark, **{"kafka.group.id": None})
+    assert pipeline.output_values() == []
+
+
 def test_a_record_larger_than_the_topic_allows_aborts_its_batch(spark, kafka, tmp_path):
     pipeline = Pipeline(kafka, tmp_path, rounds=1)
     small = create_topic(kafka.bootstrap_servers, unique_name("small"), config={"max.message.bytes": "2000"})

@@ -93,6 +93,11 @@ def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
             "from the sink: each task then commits its own progress instead of input offsets, exactly-once when "
             "the shuffled result is deterministic (see the sink's docs)"
         )
+    if any(p.group is None for p in provenance):
+        raise ConfigurationError(
+            f"this task read from an eos-kafka source without kafka.group.id, but the sink commits input offsets to "
+            f"kafka.group.id={sink_group!r}: set kafka.group.id={sink_group!r} on the source too, or drop it from the "
+            "sink (each task then commits its own progress instead, exactly-once from the query's checkpoint)")
     other_groups = sorted({p.group.group_id for p in provenance} - {sink_group})
     if other_groups:
         raise ConfigurationError(
