@@ -46,6 +46,16 @@ def test_max_records_caps_every_piece_and_min_partitions_splits_the_pieces_furth
         ("t1", start, start + size) for piece in range(0, 20, 5) for start, size in ((piece, 2), (piece + 2, 3))])
 
 
+def test_a_partition_with_one_small_piece_keeps_every_piece_whole_and_empty_pieces_are_dropped():
+    # The connector tells small pieces apart by topic-partition: t1's second piece (16 offsets)
+    # would be split in two, but its first (15) is small, so neither is; t3 shares what is left.
+    assert split_ranges(_ranges(("t1", 0, 31), ("t2", 0, 23), ("t3", 0, 17)), 7, 18) == _ranges(
+        ("t1", 0, 15), ("t1", 15, 31), ("t2", 0, 11), ("t2", 11, 23), ("t3", 0, 8), ("t3", 8, 17))
+    # Twenty tasks asked of four offsets: ranges of one offset cannot be split.
+    assert split_ranges(_ranges(("t1", 0, 1), ("t2", 0, 1), ("t3", 0, 2)), 20, None) == _ranges(
+        ("t1", 0, 1), ("t2", 0, 1), ("t3", 0, 1), ("t3", 1, 2))
+
+
 @pytest.mark.parametrize("min_partitions, max_records, split", [
     (None, None, False), (2, None, False), (3, None, True), (None, 100, True), (1, 100, True)])
 def test_the_connector_splits_only_when_asked_for_more_tasks_than_ranges_or_a_cap(min_partitions, max_records, split):

@@ -129,7 +129,7 @@ def test_a_schema_may_name_some_kafka_columns_in_any_order():
         read_columns(schema(("headers", HEADERS_TYPE)), include_headers=False)
 
 
-def test_min_partitions_is_the_fewest_tasks_and_with_a_group_the_planners_cores_without_it(monkeypatch):
+def test_min_partitions_is_the_fewest_tasks_and_the_planners_cores_without_it(monkeypatch):
     import os
 
     from pyspark_eos.source.planner import SourcePlanner
@@ -140,35 +140,9 @@ def test_min_partitions_is_the_fewest_tasks_and_with_a_group_the_planners_cores_
     planner = SourcePlanner.__new__(SourcePlanner)  # the property reads the options only: no clients
     planner.options = parse(minPartitions="6")
     assert planner.min_tasks == 6
-    planner.options = parse(**{"kafka.group.id": "g"})
+    planner.options = parse()
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     assert planner.min_tasks == 3
-    planner.options = parse()  # without a group, not the cores: what a replay finds must not move
-    assert planner.min_tasks == 1
-
-
-@pytest.mark.parametrize("group", [None, "g"])
-def test_without_a_group_a_batch_is_split_into_the_same_tasks_whatever_cores_the_driver_has(monkeypatch, group):
-    # Spark replays a batch after a driver crash, maybe on another machine. Without a group each
-    # write task commits its progress under its index: the tasks must be the same ones.
-    import os
-
-    from pyspark_eos.protocol.offset_range import OffsetRange
-    from pyspark_eos.source.input_partition import input_partitions
-    from pyspark_eos.source.planner import SourcePlanner
-
-    planner = SourcePlanner.__new__(SourcePlanner)
-    planner.options = parse(**({"kafka.group.id": group} if group else {}))
-    ranges = [OffsetRange("in", p, 0, 500) for p in range(8)]
-    plans = []
-    for cores in (2, 8):
-        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
-        tasks = input_partitions(ranges, None, None, planner.options.min_records_per_partition, planner.min_tasks)
-        plans.append([t.ranges for t in tasks])
-    if group is None:
-        assert plans[0] == plans[1] and len(plans[0]) == 1, plans  # 4,000 records: one task
-    else:  # with a group, the committed offsets tell a replay what was written (_not_at_start)
-        assert [len(p) for p in plans] == [2, 8]
 
 
 def test_min_partitions_above_a_batchs_partitions_is_said_once_per_query(caplog):

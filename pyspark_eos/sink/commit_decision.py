@@ -85,19 +85,17 @@ class CommitPlan:
 def commit_plan(provenance: list[Provenance], sink_group: str) -> CommitPlan:
     """The ranges this task read, grouped by the membership of the source that planned them."""
     if not provenance:
+        # A read without a group hands nothing over: its hand-over files would pile up under any
+        # other sink (only an eos-kafka write with a group collects them).
         raise ProvenanceError(
-            "this task writes records but read no input from an eos-kafka source: a shuffle (repartition, "
-            "join, groupBy, distinct, orderBy, ...) sits between the source and the sink, so the records "
-            "cannot be tied to the input offsets they came from. Exactly-once needs narrow transformations "
-            "only (select, filter, withColumn, coalesce, union); remove the shuffle, or drop kafka.group.id "
-            "from the sink: each task then commits its own progress instead of input offsets, exactly-once when "
-            "the shuffled result is deterministic (see the sink's docs)"
+            f"this task writes records but read no input from an eos-kafka source with kafka.group.id={sink_group!r}: "
+            "a shuffle (repartition, join, groupBy, distinct, orderBy, ...) sits between the source and the sink, so "
+            "the records cannot be tied to the input offsets they came from, or the source is not eos-kafka with "
+            "that group. Exactly-once needs narrow transformations only (select, filter, withColumn, coalesce, union) "
+            "from an eos-kafka source with the sink's kafka.group.id; remove the shuffle or give the source the group, "
+            "or drop kafka.group.id from the sink: each task then commits its own progress instead of input offsets, "
+            "exactly-once when the input is replayable and the result deterministic (see the sink's docs)"
         )
-    if any(p.group is None for p in provenance):
-        raise ConfigurationError(
-            f"this task read from an eos-kafka source without kafka.group.id, but the sink commits input offsets to "
-            f"kafka.group.id={sink_group!r}: set kafka.group.id={sink_group!r} on the source too, or drop it from the "
-            "sink (each task then commits its own progress instead, exactly-once from the query's checkpoint)")
     other_groups = sorted({p.group.group_id for p in provenance} - {sink_group})
     if other_groups:
         raise ConfigurationError(

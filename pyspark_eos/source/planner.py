@@ -90,17 +90,11 @@ class SourcePlanner:
         machine the driver runs on: right for local mode, and for a cluster whose executors have as
         many cores in all; set minPartitions to the cluster's cores otherwise.
 
-        Without kafka.group.id, 1 (tasks of about minRecordsPerPartition records): the sink then
-        commits each task's progress, keyed by the task's index, and a batch replayed after a crash
-        must be split into the same tasks. A restarted driver may run on a machine with other cores,
-        and the tasks of a split that differs from the first run's find nothing of theirs committed
-        and write again what another task wrote (docs/sink.md). With a group each task commits its
-        partitions' offsets, which a replay under another split finds (_not_at_start)."""
-        if self.options.min_partitions:
-            return self.options.min_partitions
-        if self.options.group_id is None:
-            return 1
-        return os.cpu_count() or 1
+        Without kafka.group.id the sink keys each task's progress by the task's index, so a batch
+        replayed by a driver restarted on a machine with other cores is split into other tasks
+        (docs/sink.md says to set minPartitions then). The default stays the cores: a pipeline
+        stopped mid-batch replays it under the split of the version that planned it."""
+        return self.options.min_partitions or os.cpu_count() or 1
 
     def _not_at_start(self, ranges) -> frozenset:
         """Partitions whose group offset is not at their range's start: a replay of a batch whose
@@ -191,6 +185,6 @@ def read_partition(partition: KafkaInputPartition, settings: ReaderSettings):
         return  # Spark's placeholder task when a batch read planned no partition at all
     freeze_long_lived_objects()
     context = TaskContext.get()
-    if context is not None:  # without a group too: a sink with one then says what is missing
+    if context is not None and partition.group is not None:
         record_read(context.taskAttemptId(), Provenance(partition.ranges, partition.group, partition.fencing))
     yield from read_ranges(partition.ranges, settings)

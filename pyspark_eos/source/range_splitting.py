@@ -8,7 +8,9 @@ transaction, so the pieces of one partition commit independently. With a group, 
 its partitions' end offsets, one offset per partition: pieces would each commit it, in any order.
 
 The split is a function of the batch's offsets and the options only, so a batch Spark replays
-from its offset log is split into the same pieces, task for task.
+is split into the same pieces, task for task, as long as it reads the same offsets: its end is in
+Spark's offset log, and its start too but for a first batch (its start is looked up again) or a
+range whose records retention deleted meanwhile under failOnDataLoss=false.
 """
 from __future__ import annotations
 
