@@ -71,9 +71,9 @@ class SourcePlanner:
 
     def _say_fewer_tasks_than_asked(self, partitions: int) -> None:
         """Spark's connector splits partitions to reach minPartitions; once per query, say why a
-        source with a group does not (options._refuse_grouped_splitting). ``partitions``: the Kafka partitions the batch
-        reads, with new records or without: a batch with records in few of them has few tasks for
-        want of records, which more partitions would not change."""
+        source with a group does not (options._refuse_grouped_splitting). ``partitions``: the Kafka
+        partitions the batch reads, with new records or without: a batch with records in few of
+        them has few tasks for want of records, which more partitions would not change."""
         asked = self.options.min_partitions
         if asked is not None and 0 < partitions < asked and not self._said_fewer_tasks:
             self._said_fewer_tasks = True
