@@ -830,13 +830,12 @@ def test_a_partition_split_over_tasks_reads_the_same_rows_in_as_many_tasks_as_th
     # piece's write commits its own progress (source/range_splitting). The offsets are given as
     # numbers: the connector's spark.read does not apply maxRecordsPerPartition to earliest and
     # latest, which it has not looked up when it decides (docs/switching.md).
-    topic = create_topic(kafka.bootstrap_servers, unique_name("min-partitions"), partitions=3)
-    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 3, b"%d" % n) for n in range(21)])])
+    topic = _twenty_one_records(kafka, "min-partitions")
     span = {side: json.dumps({topic: {str(p): offset for p in range(3)}}) for side, offset in (("start", 0), ("end", 8))}
     frames = {fmt: _read(spark, kafka, fmt, topic, startingOffsets=span["start"], endingOffsets=span["end"], **options)
               for fmt in FORMATS}
     rows = {fmt: sorted(bytes(r.value) for r in frame.select("value").collect()) for fmt, frame in frames.items()}
-    assert rows["eos-kafka"] == rows["kafka"] == sorted(b"%d" % n for n in range(21)), rows
+    assert rows["eos-kafka"] == rows["kafka"] == TWENTY_ONE, rows
     counts = {fmt: frame.rdd.getNumPartitions() for fmt, frame in frames.items()}
     assert counts == {"kafka": tasks, "eos-kafka": tasks}, counts
 
@@ -865,8 +864,17 @@ def test_a_stream_splits_each_batch_into_as_many_tasks_with_the_same_rows_as_the
 
 def test_min_partitions_with_a_group_reads_the_same_rows_in_a_task_per_partition(spark, kafka):
     # With kafka.group.id a task commits its partitions' offsets: eos-kafka does not split.
-    topic = create_topic(kafka.bootstrap_servers, unique_name("min-partitions-group"), partitions=3)
-    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 3, b"%d" % n) for n in range(21)])])
+    topic = _twenty_one_records(kafka, "min-partitions-group")
     frame = _read(spark, kafka, "eos-kafka", topic, minPartitions="6", **{"kafka.group.id": unique_name("g")})
-    assert sorted(bytes(r.value) for r in frame.select("value").collect()) == sorted(b"%d" % n for n in range(21))
+    assert sorted(bytes(r.value) for r in frame.select("value").collect()) == TWENTY_ONE
     assert frame.rdd.getNumPartitions() == 3
+
+
+TWENTY_ONE = sorted(b"%d" % n for n in range(21))
+
+
+def _twenty_one_records(kafka, name: str) -> str:
+    """A topic of 3 partitions holding 0..20 as values, in one transaction: offsets 0-7 each."""
+    topic = create_topic(kafka.bootstrap_servers, unique_name(name), partitions=3)
+    write_transactions(kafka.bootstrap_servers, topic, [(True, [(n % 3, b"%d" % n) for n in range(21)])])
+    return topic

@@ -15,7 +15,7 @@ from .offset_planning import OffsetLookups, Offsets, plan_ranges, resolve_offset
 from .offset_reader import KafkaOffsetReader
 from .options import OffsetsSpec, SourceOptions
 from .partition_reader import ReaderSettings, consumer_config, read_ranges
-from .range_splitting import split_ranges, splits
+from .range_splitting import split_ranges
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,11 @@ class SourcePlanner:
                  f" under {group.describe()}" if group else "",
                  f", claims from {fencing.topic}@{fencing.offset}" if fencing else "")
         options = self.options
-        if group_id is None and splits(ranges, options.min_partitions, options.max_records_per_partition):
-            pieces = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+        pieces = None if group_id else split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+        if pieces is not None:
             log.info("split into %d task(s) (minPartitions=%s, maxRecordsPerPartition=%s)", len(pieces),
                      options.min_partitions, options.max_records_per_partition)
-            return input_partitions(pieces, None, min_tasks=len(pieces))  # a task each
+            return input_partitions(pieces, None)  # a task each (min_records 1)
         min_tasks = self.min_tasks
         alone = self._not_at_start(ranges) if group and len(ranges) > min_tasks else frozenset()
         self._say_fewer_tasks_than_asked(len(end))

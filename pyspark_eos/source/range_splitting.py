@@ -19,15 +19,13 @@ import math
 from ..protocol.offset_range import OffsetRange
 
 
-def splits(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> bool:
-    """Whether the connector would split these ranges (it keeps one task per range otherwise)."""
-    filled = [r for r in ranges if _size(r) > 0]
-    return max_records is not None or (min_partitions is not None and min_partitions > len(filled))
-
-
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> list[OffsetRange]:
-    """The pieces, in the connector's order (its input's, then by offset); empty ranges dropped."""
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None,
+                 max_records: int | None) -> list[OffsetRange] | None:
+    """The pieces, in the connector's order (its input's, then by offset), empty ranges dropped;
+    None where the connector keeps a task per range: neither option asks for a split."""
     pieces = [r for r in ranges if _size(r) > 0]
+    if max_records is None and (min_partitions is None or min_partitions <= len(pieces)):
+        return None
     if max_records is not None:
         pieces = [p for r in pieces for p in _divided(r, math.ceil(_size(r) / max_records))]
     if min_partitions is None or min_partitions <= len(pieces):
